@@ -1,0 +1,485 @@
+//! A PE's side of the config store: [`TcpBootstrap`], the [`Bootstrap`]
+//! implementation every start-up path ends in.
+
+use std::collections::HashMap;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use shmem_core::{shmem_log, Bootstrap, Error, PeId, Result};
+
+use crate::protocol::{read_frame, write_frame, Reply, Request};
+use crate::store::StoreServer;
+
+#[derive(Debug, Clone)]
+enum Failure {
+    PeerExited {
+        pe: usize,
+        detail: String,
+    },
+    Aborted {
+        pe: usize,
+        status: i32,
+        message: String,
+    },
+    Lost(String),
+}
+
+impl Failure {
+    fn to_error(&self) -> Error {
+        match self {
+            Failure::PeerExited { pe, detail } => Error::PeerExited {
+                pe: *pe,
+                detail: detail.clone(),
+            },
+            Failure::Aborted {
+                pe,
+                status,
+                message,
+            } => Error::Aborted {
+                pe: *pe,
+                status: *status,
+                message: message.clone(),
+            },
+            Failure::Lost(m) => Error::PeerExited {
+                pe: 0,
+                detail: m.clone(),
+            },
+        }
+    }
+}
+
+#[derive(Default)]
+struct ClientState {
+    values: HashMap<Vec<u8>, Vec<u8>>,
+    colls: HashMap<u64, Vec<Vec<u8>>>,
+    failure: Option<Failure>,
+    bye_ok: bool,
+}
+
+struct Shared {
+    state: Mutex<ClientState>,
+    changed: Condvar,
+    failed: AtomicBool,
+    leaving: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, ClientState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn fail(&self, f: Failure) {
+        let mut st = self.lock();
+        if st.failure.is_none() {
+            st.failure = Some(f);
+        }
+        self.failed.store(true, Ordering::SeqCst);
+        self.changed.notify_all();
+    }
+}
+
+/// A member of a job, connected to its config store.
+pub struct TcpBootstrap {
+    rank: PeId,
+    size: usize,
+    store_addr: SocketAddr,
+    writer: Mutex<TcpStream>,
+    shared: Arc<Shared>,
+    seq: AtomicU64,
+    timeout: Duration,
+    reader: Mutex<Option<JoinHandle<()>>>,
+    hosted: Mutex<Option<StoreServer>>,
+    finalized: AtomicBool,
+}
+
+impl std::fmt::Debug for TcpBootstrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpBootstrap")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("store", &self.store_addr)
+            .finish()
+    }
+}
+
+/// What a PE needs to join a job.
+#[derive(Debug, Clone)]
+pub struct JoinParams {
+    /// This PE's rank.
+    pub rank: PeId,
+    /// Number of PEs.
+    pub nranks: usize,
+    /// Where the store listens.
+    pub store_addr: SocketAddr,
+    /// The job secret.
+    pub secret: Vec<u8>,
+    /// How long to keep trying to reach the store and to wait for the others.
+    pub init_timeout: Duration,
+    /// Timeout of each later call.
+    pub call_timeout: Duration,
+}
+
+/// Validates rank and job size.
+pub fn check_rank(rank: PeId, nranks: usize) -> Result<()> {
+    if nranks == 0 {
+        return Err(Error::invalid("nranks", "must be at least 1"));
+    }
+    if nranks > u32::MAX as usize {
+        return Err(Error::invalid("nranks", format!("{nranks} is too large")));
+    }
+    if rank >= nranks {
+        return Err(Error::invalid(
+            "rank",
+            format!("{rank} is out of range for a job of {nranks} PEs (valid 0..{nranks})"),
+        ));
+    }
+    Ok(())
+}
+
+impl TcpBootstrap {
+    /// Connects to the store (retrying until `init_timeout`), proves the
+    /// secret, and waits until all `nranks` PEs have joined. `hosted` keeps a
+    /// store this process runs alive until the job ends.
+    pub fn join(p: JoinParams, hosted: Option<StoreServer>) -> Result<TcpBootstrap> {
+        check_rank(p.rank, p.nranks)?;
+        let deadline = Instant::now() + p.init_timeout;
+        let mut stream = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let last = match TcpStream::connect_timeout(
+                &p.store_addr,
+                left.clamp(Duration::from_millis(1), Duration::from_secs(2)),
+            ) {
+                // A connect to a closed local port can land on itself
+                // (TCP simultaneous open); that is not the store.
+                Ok(s) if s.local_addr().ok() == s.peer_addr().ok() => {
+                    "nothing listens there".to_string()
+                }
+                Ok(s) => break s,
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "PE {} could not reach the config store at {} (is rank 0 running and reachable? last error: {last}); SHMEM_INIT_TIMEOUT sets the wait",
+                        p.rank, p.store_addr
+                    ),
+                    secs: p.init_timeout.as_secs_f64(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
+        write_frame(
+            &mut stream,
+            &Request::Hello {
+                rank: p.rank as u32,
+                nranks: p.nranks as u32,
+                secret: p.secret.clone(),
+            }
+            .encode(),
+        )
+        .map_err(|e| {
+            Error::os(
+                format!("sending HELLO to the config store at {}", p.store_addr),
+                e,
+            )
+        })?;
+        let _ = stream.set_read_timeout(Some(p.init_timeout.max(Duration::from_millis(100))));
+        let first = read_frame(&mut stream)
+            .map_err(|e| {
+                Error::Bootstrap(format!(
+                    "no answer from the config store at {}: {e}",
+                    p.store_addr
+                ))
+            })?
+            .ok_or_else(|| {
+                Error::Bootstrap(format!(
+                    "the config store at {} closed the connection during HELLO",
+                    p.store_addr
+                ))
+            })?;
+        match Reply::decode(&first) {
+            Ok(Reply::Welcome) => {}
+            Ok(Reply::Reject(why)) => {
+                return Err(Error::Bootstrap(format!(
+                    "the config store at {} refused PE {}: {why}",
+                    p.store_addr, p.rank
+                )))
+            }
+            other => {
+                return Err(Error::Bootstrap(format!(
+                    "unexpected answer to HELLO: {other:?}"
+                )))
+            }
+        }
+        let _ = stream.set_read_timeout(None);
+        let reader_stream = stream
+            .try_clone()
+            .map_err(|e| Error::os("cloning the bootstrap socket", e))?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(ClientState::default()),
+            changed: Condvar::new(),
+            failed: AtomicBool::new(false),
+            leaving: AtomicBool::new(false),
+        });
+        let s2 = shared.clone();
+        let reader = std::thread::Builder::new()
+            .name("shmem-bootstrap".into())
+            .spawn(move || reader_loop(reader_stream, s2))
+            .map_err(|e| Error::os("spawning the bootstrap reader", e))?;
+        let bs = TcpBootstrap {
+            rank: p.rank,
+            size: p.nranks,
+            store_addr: p.store_addr,
+            writer: Mutex::new(stream),
+            shared,
+            seq: AtomicU64::new(0),
+            timeout: p.call_timeout,
+            reader: Mutex::new(Some(reader)),
+            hosted: Mutex::new(hosted),
+            finalized: AtomicBool::new(false),
+        };
+        // The first collective doubles as "everyone has joined".
+        bs.collective(&[], p.init_timeout, "waiting for all PEs to join the job")?;
+        Ok(bs)
+    }
+
+    /// Address of the config store.
+    pub fn store_addr(&self) -> SocketAddr {
+        self.store_addr
+    }
+
+    fn send(&self, req: &Request) -> Result<()> {
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        write_frame(&mut *w, &req.encode()).map_err(|e| {
+            self.check_peers().err().unwrap_or_else(|| {
+                Error::os(
+                    format!("writing to the config store at {}", self.store_addr),
+                    e,
+                )
+            })
+        })
+    }
+
+    fn wait_reply<T>(
+        &self,
+        timeout: Duration,
+        what: &str,
+        mut take: impl FnMut(&mut ClientState) -> Option<T>,
+    ) -> Result<T> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(v) = take(&mut st) {
+                return Ok(v);
+            }
+            if let Some(f) = &st.failure {
+                return Err(f.to_error());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    what: format!("PE {}: {what} (SHMEM_BOOTSTRAP_TIMEOUT)", self.rank),
+                    secs: timeout.as_secs_f64(),
+                });
+            }
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    fn live(&self) -> Result<()> {
+        if self.finalized.load(Ordering::SeqCst) {
+            return Err(Error::NotInitialized);
+        }
+        self.check_peers()
+    }
+
+    fn collective(&self, data: &[u8], timeout: Duration, what: &str) -> Result<Vec<Vec<u8>>> {
+        self.live()?;
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
+        self.send(&Request::Collective {
+            seq,
+            data: data.to_vec(),
+        })?;
+        self.wait_reply(timeout, what, |st| st.colls.remove(&seq))
+    }
+
+    /// Stores `value` under `key` in the job's key-value store.
+    pub fn set(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.live()?;
+        self.send(&Request::Set {
+            key: key.to_vec(),
+            value: value.to_vec(),
+        })
+    }
+
+    /// Waits for `key` to be set and returns its value.
+    pub fn get(&self, key: &[u8]) -> Result<Vec<u8>> {
+        self.live()?;
+        if let Some(v) = self.shared.lock().values.get(key).cloned() {
+            return Ok(v);
+        }
+        self.send(&Request::Get { key: key.to_vec() })?;
+        let what = format!("waiting for key {:?}", String::from_utf8_lossy(key));
+        self.wait_reply(self.timeout, &what, |st| st.values.get(key).cloned())
+    }
+}
+
+fn reader_loop(mut stream: TcpStream, shared: Arc<Shared>) {
+    loop {
+        let frame = match read_frame(&mut stream) {
+            Ok(Some(f)) => f,
+            Ok(None) | Err(_) => {
+                if !shared.leaving.load(Ordering::SeqCst) {
+                    shared.fail(Failure::Lost(
+                        "the config store (hosted by rank 0 or the launcher) closed its connection; the job is gone".into(),
+                    ));
+                }
+                return;
+            }
+        };
+        let reply = match Reply::decode(&frame) {
+            Ok(r) => r,
+            Err(e) => {
+                shared.fail(Failure::Lost(format!("garbage from the config store: {e}")));
+                return;
+            }
+        };
+        match reply {
+            Reply::Value { key, value } => {
+                shared.lock().values.insert(key, value);
+                shared.changed.notify_all();
+            }
+            Reply::CollectiveDone { seq, data } => {
+                shared.lock().colls.insert(seq, data);
+                shared.changed.notify_all();
+            }
+            Reply::PeerExited { rank, detail } => {
+                if !shared.leaving.load(Ordering::SeqCst) {
+                    shared.fail(Failure::PeerExited {
+                        pe: rank as usize,
+                        detail,
+                    });
+                }
+            }
+            Reply::Abort {
+                rank,
+                status,
+                message,
+            } => {
+                eprintln!(
+                    "shmem: job aborted by PE {rank} (global_exit status {status}): {message}"
+                );
+                shared.fail(Failure::Aborted {
+                    pe: rank as usize,
+                    status,
+                    message,
+                });
+                std::process::exit(status);
+            }
+            Reply::ByeOk => {
+                shared.lock().bye_ok = true;
+                shared.changed.notify_all();
+                return;
+            }
+            Reply::Welcome | Reply::Reject(_) => {}
+        }
+    }
+}
+
+impl Bootstrap for TcpBootstrap {
+    fn rank(&self) -> PeId {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let all = self.collective(data, self.timeout, "allgather")?;
+        if all.len() != self.size {
+            return Err(Error::Bootstrap(format!(
+                "allgather returned {} entries for {} PEs",
+                all.len(),
+                self.size
+            )));
+        }
+        Ok(all)
+    }
+    fn barrier(&self) -> Result<()> {
+        self.collective(&[], self.timeout, "barrier").map(|_| ())
+    }
+    fn broadcast(&self, root: PeId, data: &[u8]) -> Result<Vec<u8>> {
+        if root >= self.size {
+            return Err(Error::PeOutOfRange {
+                pe: root,
+                n_pes: self.size,
+            });
+        }
+        let mine = if root == self.rank { data } else { &[] };
+        let mut all = self.collective(mine, self.timeout, "broadcast")?;
+        Ok(std::mem::take(&mut all[root]))
+    }
+    fn check_peers(&self) -> Result<()> {
+        if !self.shared.failed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        match &self.shared.lock().failure {
+            Some(f) => Err(f.to_error()),
+            None => Ok(()),
+        }
+    }
+    fn abort(&self, status: i32, message: &str) -> Result<()> {
+        self.send(&Request::Abort {
+            status,
+            message: message.to_string(),
+        })
+    }
+    fn finalize(&self) -> Result<()> {
+        if self.finalized.swap(true, Ordering::SeqCst) {
+            return Err(Error::NotInitialized);
+        }
+        self.shared.leaving.store(true, Ordering::SeqCst);
+        let sent = self.send(&Request::Bye);
+        let acked = sent.and_then(|_| {
+            self.wait_reply(Duration::from_secs(10), "finalize", |st| {
+                st.bye_ok.then_some(())
+            })
+        });
+        if let Some(server) = self.hosted.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if !server.wait_all_departed(self.timeout) {
+                shmem_log!(
+                    Warn,
+                    "finalize: some PEs did not leave the job within {:?}",
+                    self.timeout
+                );
+            }
+        }
+        let w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = w.shutdown(Shutdown::Both);
+        drop(w);
+        if let Some(h) = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = h.join();
+        }
+        acked
+    }
+}
+
+impl Drop for TcpBootstrap {
+    fn drop(&mut self) {
+        self.shared.leaving.store(true, Ordering::SeqCst);
+        if let Ok(w) = self.writer.lock() {
+            let _ = w.shutdown(Shutdown::Both);
+        }
+        if let Some(h) = self.reader.lock().ok().and_then(|mut r| r.take()) {
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,626 @@
+//! Control plane of the `shmem` library: the TCP config store and the three
+//! ways a PE joins a job.
+//!
+//! * **Launcher environment** ([`init_from_env`]): `shmemrun` (or torchrun,
+//!   or nothing at all for a single PE) sets rank, size, store address and a
+//!   job secret in the environment.
+//! * **UniqueId** ([`get_unique_id`] on rank 0, then
+//!   [`init_with_unique_id`] everywhere): rank 0 starts the store and returns
+//!   opaque bytes (format version, address, 128-bit secret) that the user
+//!   distributes by any means.
+//! * **Attributes** ([`init_attr`]): `tcp://host:port` or
+//!   `tcp6://[addr]:port`; rank 0 binds, the others connect with retry until
+//!   `SHMEM_INIT_TIMEOUT`.
+//!
+//! All three end in a [`TcpBootstrap`], the [`shmem_core::Bootstrap`] of the
+//! job. A single-PE job needs no set-up:
+//!
+//! ```
+//! use shmem_core::{Bootstrap, Config};
+//! let config = Config::from_lookup(|_| None).unwrap();
+//! let bs = shmem_bootstrap::init_from_lookup(&config, |_| None).unwrap();
+//! assert_eq!((bs.rank(), bs.size()), (0, 1));
+//! assert_eq!(bs.allgather(b"hi").unwrap(), vec![b"hi".to_vec()]);
+//! bs.finalize().unwrap();
+//! ```
+
+pub mod client;
+pub mod ids;
+pub mod protocol;
+pub mod store;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::sync::Mutex;
+
+use shmem_core::{shmem_log, Config, Error, PeId, Result};
+
+pub use client::{check_rank, JoinParams, TcpBootstrap};
+pub use ids::{parse_url, UniqueId};
+pub use store::StoreServer;
+
+/// Environment variables a launcher sets for each PE.
+pub mod env {
+    /// This PE's rank.
+    pub const RANK: &str = "SHMEM_RANK";
+    /// Number of PEs.
+    pub const NRANKS: &str = "SHMEM_NRANKS";
+    /// `host:port` of the config store.
+    pub const STORE_ADDR: &str = "SHMEM_STORE_ADDR";
+    /// `1` when the launcher hosts the store.
+    pub const STORE_EXTERNAL: &str = "SHMEM_STORE_EXTERNAL";
+    /// Hex job secret.
+    pub const JOB_SECRET: &str = "SHMEM_JOB_SECRET";
+    /// Forced engine.
+    pub const TEST_ENGINE: &str = "SHMEM_TEST_ENGINE";
+    /// torchrun's names, also set by shmemrun.
+    pub const TORCH_RANK: &str = "RANK";
+    /// torchrun: job size.
+    pub const TORCH_WORLD_SIZE: &str = "WORLD_SIZE";
+    /// torchrun: rank on this node.
+    pub const TORCH_LOCAL_RANK: &str = "LOCAL_RANK";
+    /// torchrun: PEs on this node.
+    pub const TORCH_LOCAL_WORLD_SIZE: &str = "LOCAL_WORLD_SIZE";
+    /// torchrun: rank 0's host.
+    pub const TORCH_MASTER_ADDR: &str = "MASTER_ADDR";
+    /// torchrun: rank 0's port (torch's own store; ours uses the next port).
+    pub const TORCH_MASTER_PORT: &str = "MASTER_PORT";
+}
+
+/// How a launcher told this PE to join.
+#[derive(Debug, Clone)]
+pub struct LaunchEnv {
+    /// Rank.
+    pub rank: PeId,
+    /// Job size.
+    pub nranks: usize,
+    /// Where the store listens.
+    pub store_addr: SocketAddr,
+    /// Job secret.
+    pub secret: Vec<u8>,
+    /// Whether the launcher hosts the store (otherwise rank 0 binds it).
+    pub external_store: bool,
+}
+
+fn parse_num(name: &'static str, v: &str) -> Result<usize> {
+    v.trim().parse().map_err(|_| Error::Config {
+        name,
+        value: v.to_string(),
+        reason: "not a non-negative integer".into(),
+    })
+}
+
+fn resolve(name: &'static str, host: &str, port: u16) -> Result<SocketAddr> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| Error::Config {
+            name,
+            value: host.to_string(),
+            reason: format!("cannot resolve: {e}"),
+        })?
+        .next()
+        .ok_or_else(|| Error::Config {
+            name,
+            value: host.to_string(),
+            reason: "resolves to no address".into(),
+        })
+}
+
+/// Reads the launcher environment through `lookup`. `Ok(None)` when no
+/// launcher variables are present (a single-PE job).
+pub fn launch_env(
+    config: &Config,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Option<LaunchEnv>> {
+    let pick = |names: &[&'static str]| -> Option<(&'static str, String)> {
+        names
+            .iter()
+            .find_map(|n| lookup(n).filter(|v| !v.trim().is_empty()).map(|v| (*n, v)))
+    };
+    let rank = pick(&[env::RANK, env::TORCH_RANK]);
+    let nranks = pick(&[env::NRANKS, env::TORCH_WORLD_SIZE]);
+    let (rank, nranks) = match (rank, nranks) {
+        (None, None) => return Ok(None),
+        (Some((rn, r)), Some((nn, n))) => (parse_num(rn, &r)?, parse_num(nn, &n)?),
+        (Some((rn, _)), None) => {
+            return Err(Error::invalid(
+                "nranks",
+                format!("{rn} is set but neither SHMEM_NRANKS nor WORLD_SIZE is"),
+            ))
+        }
+        (None, Some((nn, _))) => {
+            return Err(Error::invalid(
+                "rank",
+                format!("{nn} is set but neither SHMEM_RANK nor RANK is"),
+            ))
+        }
+    };
+    check_rank(rank, nranks)?;
+    let (store_addr, torch) = if let Some(a) = lookup(env::STORE_ADDR).filter(|s| !s.is_empty()) {
+        let (h, p) = a.rsplit_once(':').ok_or_else(|| Error::Config {
+            name: env::STORE_ADDR,
+            value: a.clone(),
+            reason: "expected host:port".into(),
+        })?;
+        let p: u16 = p.parse().map_err(|_| Error::Config {
+            name: env::STORE_ADDR,
+            value: a.clone(),
+            reason: "bad port".into(),
+        })?;
+        (
+            resolve(
+                env::STORE_ADDR,
+                h.trim_start_matches('[').trim_end_matches(']'),
+                p,
+            )?,
+            false,
+        )
+    } else if nranks == 1 {
+        (SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0), false)
+    } else {
+        let host = lookup(env::TORCH_MASTER_ADDR).ok_or_else(|| {
+            Error::invalid(
+                "MASTER_ADDR",
+                "rank and size are set but no store address (SHMEM_STORE_ADDR or MASTER_ADDR)",
+            )
+        })?;
+        let port = if !config.bootstrap_port.trim().is_empty() {
+            config
+                .bootstrap_port
+                .trim()
+                .parse::<u16>()
+                .map_err(|_| Error::Config {
+                    name: "SHMEM_BOOTSTRAP_PORT",
+                    value: config.bootstrap_port.clone(),
+                    reason: "not a port number".into(),
+                })?
+        } else {
+            let mp = lookup(env::TORCH_MASTER_PORT).unwrap_or_else(|| "29500".into());
+            let mp: u16 = mp.trim().parse().map_err(|_| Error::Config {
+                name: "MASTER_PORT",
+                value: mp.clone(),
+                reason: "not a port number".into(),
+            })?;
+            mp.checked_add(1).ok_or_else(|| Error::Config {
+                name: "MASTER_PORT",
+                value: mp.to_string(),
+                reason: "no port above it for the shmem store; set SHMEM_BOOTSTRAP_PORT".into(),
+            })?
+        };
+        (resolve(env::TORCH_MASTER_ADDR, host.trim(), port)?, true)
+    };
+    let secret = match lookup(env::JOB_SECRET).filter(|s| !s.trim().is_empty()) {
+        Some(hex) => ids::from_hex(&hex)?,
+        None => {
+            let run = lookup("TORCHELASTIC_RUN_ID").unwrap_or_default();
+            ids::derived_secret(&format!("{run}|{store_addr}|{nranks}|{torch}"))
+        }
+    };
+    let external_store = lookup(env::STORE_EXTERNAL)
+        .map(|v| v.trim() == "1")
+        .unwrap_or(false);
+    Ok(Some(LaunchEnv {
+        rank,
+        nranks,
+        store_addr,
+        secret,
+        external_store,
+    }))
+}
+
+fn params(
+    config: &Config,
+    rank: PeId,
+    nranks: usize,
+    store_addr: SocketAddr,
+    secret: Vec<u8>,
+) -> JoinParams {
+    JoinParams {
+        rank,
+        nranks,
+        store_addr,
+        secret,
+        init_timeout: config.init_timeout,
+        call_timeout: config.bootstrap_timeout,
+    }
+}
+
+/// Joins the job described by the launcher environment, or starts a
+/// single-PE job when there is none.
+pub fn init_from_env(config: &Config) -> Result<TcpBootstrap> {
+    init_from_lookup(config, |n| std::env::var(n).ok())
+}
+
+/// [`init_from_env`] with an explicit variable lookup.
+pub fn init_from_lookup(
+    config: &Config,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<TcpBootstrap> {
+    init_instance_from_lookup(config, 0, lookup)
+}
+
+/// Joins runtime instance `instance` of the job described by the launcher
+/// environment. Instance 0 uses the launcher's store; instance k > 0 has rank
+/// 0 host a store on port `start + k - 1` of `SHMEM_INSTANCE_PORT_RANGE`.
+pub fn init_instance_from_env(config: &Config, instance: u32) -> Result<TcpBootstrap> {
+    init_instance_from_lookup(config, instance, |n| std::env::var(n).ok())
+}
+
+fn instance_port(config: &Config, instance: u32) -> Result<u16> {
+    let bad = |reason: String| Error::Config {
+        name: "SHMEM_INSTANCE_PORT_RANGE",
+        value: config.instance_port_range.clone(),
+        reason,
+    };
+    let text = config.instance_port_range.trim();
+    if text.is_empty() {
+        return Err(bad(format!(
+            "instance {instance} of a launched job needs a port for its config store; set SHMEM_INSTANCE_PORT_RANGE=start:end"
+        )));
+    }
+    let (a, b) = text
+        .split_once(':')
+        .ok_or_else(|| bad("expected start:end".into()))?;
+    let start: u16 = a
+        .trim()
+        .parse()
+        .map_err(|_| bad(format!("{a:?} is not a port")))?;
+    let end: u16 = b
+        .trim()
+        .parse()
+        .map_err(|_| bad(format!("{b:?} is not a port")))?;
+    if start == 0 || end < start {
+        return Err(bad("the range must be non-empty and start above 0".into()));
+    }
+    let port = start as u32 + instance - 1;
+    if port > end as u32 {
+        return Err(bad(format!(
+            "instance {instance} needs port {port}, past the end of the range"
+        )));
+    }
+    Ok(port as u16)
+}
+
+/// [`init_instance_from_env`] with an explicit variable lookup.
+pub fn init_instance_from_lookup(
+    config: &Config,
+    instance: u32,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<TcpBootstrap> {
+    let le = match launch_env(config, lookup)? {
+        Some(mut le) if instance > 0 => {
+            le.store_addr.set_port(instance_port(config, instance)?);
+            le.external_store = false;
+            le.secret =
+                ids::derived_secret(&format!("{}|instance {instance}", ids::to_hex(&le.secret)));
+            Some(le)
+        }
+        other => other,
+    };
+    let Some(le) = le else {
+        let secret = ids::new_secret()?;
+        let server = StoreServer::bind(
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            Some(1),
+            secret.clone(),
+        )?;
+        let addr = server.addr();
+        return TcpBootstrap::join(params(config, 0, 1, addr, secret), Some(server));
+    };
+    let mut addr = le.store_addr;
+    let hosted = if le.rank == 0 && !le.external_store {
+        let s = StoreServer::bind(addr, Some(le.nranks), le.secret.clone())?;
+        addr = connect_addr(s.addr());
+        Some(s)
+    } else {
+        None
+    };
+    shmem_log!(
+        Debug,
+        "joining job of {} PEs as rank {} via store {addr}",
+        le.nranks,
+        le.rank
+    );
+    TcpBootstrap::join(params(config, le.rank, le.nranks, addr, le.secret), hosted)
+}
+
+/// Address to connect to for a store bound to `bound` (a wildcard bind is
+/// reached through loopback).
+fn connect_addr(bound: SocketAddr) -> SocketAddr {
+    if bound.ip().is_unspecified() {
+        let ip = if bound.is_ipv6() {
+            IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+        } else {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        };
+        SocketAddr::new(ip, bound.port())
+    } else {
+        bound
+    }
+}
+
+static PENDING: Mutex<Vec<StoreServer>> = Mutex::new(Vec::new());
+
+/// Starts a config store on this process (rank 0) and returns the id the
+/// other PEs need. Binds `SHMEM_BOOTSTRAP_ADDR` (or this host's first
+/// interface) on a free port.
+pub fn get_unique_id(config: &Config) -> Result<UniqueId> {
+    let ip = ids::default_bind_ip(&config.bootstrap_addr)?;
+    let secret = ids::new_secret()?;
+    let server = StoreServer::bind(SocketAddr::new(ip, 0), None, secret.clone())?;
+    let uid = UniqueId {
+        addr: server.addr(),
+        secret,
+    };
+    PENDING
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(server);
+    Ok(uid)
+}
+
+/// Joins the job named by `uid` as `rank` of `nranks`. On rank 0 this uses
+/// the store [`get_unique_id`] started (or starts one at the id's address).
+pub fn init_with_unique_id(
+    rank: PeId,
+    nranks: usize,
+    uid: &UniqueId,
+    config: &Config,
+) -> Result<TcpBootstrap> {
+    check_rank(rank, nranks)?;
+    let hosted = if rank == 0 {
+        let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+        match pending.iter().position(|s| s.addr() == uid.addr) {
+            Some(i) => Some(pending.swap_remove(i)),
+            None => Some(StoreServer::bind(
+                uid.addr,
+                Some(nranks),
+                uid.secret.clone(),
+            )?),
+        }
+    } else {
+        None
+    };
+    TcpBootstrap::join(
+        params(config, rank, nranks, uid.addr, uid.secret.clone()),
+        hosted,
+    )
+}
+
+/// Joins via `tcp://host:port` / `tcp6://[addr]:port`: rank 0 binds the
+/// address, everyone connects. The secret is `SHMEM_JOB_SECRET` if set,
+/// otherwise derived from the URL and job size.
+pub fn init_attr(rank: PeId, nranks: usize, url: &str, config: &Config) -> Result<TcpBootstrap> {
+    check_rank(rank, nranks)?;
+    let addr = parse_url(url)?;
+    let secret = if config.job_secret.trim().is_empty() {
+        ids::derived_secret(&format!("attr|{addr}|{nranks}"))
+    } else {
+        ids::from_hex(&config.job_secret)?
+    };
+    let hosted = if rank == 0 {
+        Some(StoreServer::bind(addr, Some(nranks), secret.clone())?)
+    } else {
+        None
+    };
+    TcpBootstrap::join(
+        params(config, rank, nranks, connect_addr(addr), secret),
+        hosted,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shmem_core::Bootstrap;
+    use std::collections::HashMap;
+
+    fn cfg() -> Config {
+        let mut c = Config::from_lookup(|_| None).unwrap();
+        c.init_timeout = std::time::Duration::from_secs(10);
+        c.bootstrap_timeout = std::time::Duration::from_secs(10);
+        c
+    }
+
+    fn lookup<'a>(m: &'a HashMap<&'static str, String>) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn launch_env_reads_shmem_and_torch_names() {
+        let c = cfg();
+        let m: HashMap<&str, String> = [
+            ("SHMEM_RANK", "2"),
+            ("SHMEM_NRANKS", "4"),
+            ("SHMEM_STORE_ADDR", "127.0.0.1:5000"),
+            ("SHMEM_JOB_SECRET", "00ff"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a, b.to_string()))
+        .collect();
+        let le = launch_env(&c, lookup(&m)).unwrap().unwrap();
+        assert_eq!(
+            (le.rank, le.nranks, le.store_addr.port(), le.secret.clone()),
+            (2, 4, 5000, vec![0, 255])
+        );
+        let t: HashMap<&str, String> = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "3"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a, b.to_string()))
+        .collect();
+        let le = launch_env(&c, lookup(&t)).unwrap().unwrap();
+        assert_eq!((le.rank, le.nranks, le.store_addr.port()), (1, 3, 29501));
+        assert!(launch_env(&c, |_| None).unwrap().is_none());
+    }
+
+    #[test]
+    fn launch_env_errors_name_the_argument() {
+        let c = cfg();
+        let bad = |pairs: &[(&'static str, &str)]| {
+            let m: HashMap<&str, String> = pairs.iter().map(|(a, b)| (*a, b.to_string())).collect();
+            launch_env(&c, lookup(&m)).unwrap_err().to_string()
+        };
+        assert!(bad(&[
+            ("SHMEM_RANK", "4"),
+            ("SHMEM_NRANKS", "4"),
+            ("SHMEM_STORE_ADDR", "127.0.0.1:1")
+        ])
+        .contains("rank"));
+        assert!(bad(&[
+            ("SHMEM_RANK", "0"),
+            ("SHMEM_NRANKS", "0"),
+            ("SHMEM_STORE_ADDR", "127.0.0.1:1")
+        ])
+        .contains("nranks"));
+        assert!(bad(&[("SHMEM_RANK", "x"), ("SHMEM_NRANKS", "2")]).contains("SHMEM_RANK"));
+        assert!(bad(&[("SHMEM_RANK", "0")]).contains("nranks"));
+        assert!(bad(&[("RANK", "0"), ("WORLD_SIZE", "2")]).contains("MASTER_ADDR"));
+    }
+
+    #[test]
+    fn threads_as_pes_allgather_barrier_broadcast() {
+        let c = cfg();
+        let uid = get_unique_id(&c).unwrap();
+        let n = 4;
+        let handles: Vec<_> = (0..n)
+            .map(|r| {
+                let (uid, c) = (uid.clone(), c.clone());
+                std::thread::spawn(move || {
+                    let bs = init_with_unique_id(r, n, &uid, &c).unwrap();
+                    let all = bs.allgather(&[r as u8; 3]).unwrap();
+                    assert_eq!(all, (0..n).map(|i| vec![i as u8; 3]).collect::<Vec<_>>());
+                    bs.barrier().unwrap();
+                    assert_eq!(bs.broadcast(2, &[r as u8]).unwrap(), vec![2]);
+                    bs.set(format!("k{r}").as_bytes(), &[r as u8]).unwrap();
+                    assert_eq!(
+                        bs.get(format!("k{}", (r + 1) % n).as_bytes()).unwrap(),
+                        vec![((r + 1) % n) as u8]
+                    );
+                    bs.finalize().unwrap();
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn attr_port_in_use_is_a_clear_error() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("tcp://{}", l.local_addr().unwrap());
+        let err = init_attr(0, 2, &url, &cfg()).unwrap_err().to_string();
+        assert!(err.contains("already in use"), "{err}");
+        assert!(err.contains(&l.local_addr().unwrap().to_string()), "{err}");
+    }
+
+    #[test]
+    fn unreachable_store_times_out() {
+        let mut c = cfg();
+        c.init_timeout = std::time::Duration::from_millis(500);
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("tcp://{}", l.local_addr().unwrap());
+        drop(l);
+        let t = std::time::Instant::now();
+        let err = init_attr(1, 2, &url, &c).unwrap_err().to_string();
+        assert!(err.contains("could not reach the config store"), "{err}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn bad_arguments_are_named() {
+        let c = cfg();
+        assert!(init_attr(2, 2, "tcp://127.0.0.1:1", &c)
+            .unwrap_err()
+            .to_string()
+            .contains("rank"));
+        assert!(init_attr(0, 0, "tcp://127.0.0.1:1", &c)
+            .unwrap_err()
+            .to_string()
+            .contains("nranks"));
+        assert!(init_attr(0, 1, "http://x:1", &c)
+            .unwrap_err()
+            .to_string()
+            .contains("URL"));
+    }
+
+    #[test]
+    fn strangers_are_rejected_and_the_job_goes_on() {
+        use std::io::{Read, Write};
+        let c = cfg();
+        let uid = get_unique_id(&c).unwrap();
+        // Garbage bytes.
+        let mut g = std::net::TcpStream::connect(uid.addr).unwrap();
+        g.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        let mut sink = Vec::new();
+        let _ = g.read_to_end(&mut sink);
+        // A well-formed HELLO with the wrong secret is told why and dropped.
+        let mut w = std::net::TcpStream::connect(uid.addr).unwrap();
+        let hello = protocol::Request::Hello {
+            rank: 0,
+            nranks: 2,
+            secret: vec![0; 16],
+        };
+        protocol::write_frame(&mut w, &hello.encode()).unwrap();
+        let reply = protocol::read_frame(&mut w).unwrap().unwrap();
+        assert_eq!(
+            protocol::Reply::decode(&reply).unwrap(),
+            protocol::Reply::Reject("wrong job secret".into())
+        );
+        // The real job is unaffected (rank 0 was not taken by the stranger).
+        let handles: Vec<_> = (0..2)
+            .map(|r| {
+                let (uid, c) = (uid.clone(), c.clone());
+                std::thread::spawn(move || {
+                    let bs = init_with_unique_id(r, 2, &uid, &c).unwrap();
+                    assert_eq!(bs.allgather(&[r as u8]).unwrap(), vec![vec![0], vec![1]]);
+                    bs.finalize().unwrap();
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn duplicate_rank_is_refused() {
+        let mut c = cfg();
+        c.init_timeout = std::time::Duration::from_secs(2);
+        let uid = get_unique_id(&c).unwrap();
+        // Two processes both claim rank 0 of a 2-PE job.
+        let claims: Vec<_> = (0..2)
+            .map(|_| {
+                let (u, c) = (uid.clone(), c.clone());
+                std::thread::spawn(move || {
+                    let p = JoinParams {
+                        rank: 0,
+                        nranks: 2,
+                        store_addr: u.addr,
+                        secret: u.secret.clone(),
+                        init_timeout: c.init_timeout,
+                        call_timeout: c.bootstrap_timeout,
+                    };
+                    TcpBootstrap::join(p, None)
+                        .map(|_| ())
+                        .unwrap_err()
+                        .to_string()
+                })
+            })
+            .collect();
+        let mut errs: Vec<String> = claims.into_iter().map(|h| h.join().unwrap()).collect();
+        errs.sort_by_key(|e| !e.contains("already joined"));
+        // One is refused at once; the other times out waiting for rank 1.
+        assert!(
+            errs[0].contains("rank 0 has already joined (duplicate rank)"),
+            "{errs:?}"
+        );
+        assert!(errs[1].contains("timed out"), "{errs:?}");
+    }
+}

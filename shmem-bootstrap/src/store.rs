@@ -1,0 +1,433 @@
+//! The config store: a small TCP key-value and collective service.
+//!
+//! It runs on rank 0 (or inside `shmemrun`). Every connection must open with
+//! a HELLO carrying the job secret; anything else is logged and dropped
+//! without disturbing the job. Connections stay open for the job's life, so
+//! a PE that dies is noticed at once (its socket closes) and every other
+//! member is told which PE it was.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use shmem_core::{shmem_log, Error, Result};
+
+use crate::protocol::{read_frame, write_frame, Reply, Request};
+
+/// How long a new connection may take to present its HELLO.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Membership {
+    Absent,
+    Joined,
+    Left,
+    Died,
+}
+
+struct Member {
+    writer: TcpStream,
+}
+
+struct State {
+    nranks: Option<usize>,
+    members: Vec<Option<Member>>,
+    status: Vec<Membership>,
+    kv: HashMap<Vec<u8>, Vec<u8>>,
+    waiting: HashMap<Vec<u8>, Vec<usize>>,
+    colls: HashMap<u64, Vec<Option<Vec<u8>>>>,
+}
+
+struct Shared {
+    secret: Vec<u8>,
+    state: Mutex<State>,
+    changed: Condvar,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A running config store. Dropping it stops the service.
+pub struct StoreServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for StoreServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreServer")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl StoreServer {
+    /// Binds `addr` and starts serving. `nranks` may be unknown (UniqueId
+    /// init), in which case the first member fixes it.
+    pub fn bind(addr: SocketAddr, nranks: Option<usize>, secret: Vec<u8>) -> Result<StoreServer> {
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            if e.kind() == io::ErrorKind::AddrInUse {
+                Error::Bootstrap(format!(
+                    "cannot start the config store on {addr}: address already in use (another job or program holds this port; pick another port)"
+                ))
+            } else {
+                Error::os(format!("binding the config store to {addr}"), e)
+            }
+        })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::os("getsockname of the config store", e))?;
+        let shared = Arc::new(Shared {
+            secret,
+            state: Mutex::new(State {
+                nranks,
+                members: Vec::new(),
+                status: Vec::new(),
+                kv: HashMap::new(),
+                waiting: HashMap::new(),
+                colls: HashMap::new(),
+            }),
+            changed: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        if let Some(n) = nranks {
+            shared.lock().resize(n);
+        }
+        let s2 = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("shmem-store".into())
+            .spawn(move || accept_loop(listener, s2))
+            .map_err(|e| Error::os("spawning the config store thread", e))?;
+        shmem_log!(Debug, "config store listening on {addr}");
+        Ok(StoreServer {
+            addr,
+            shared,
+            accept: Some(accept),
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Tells the members that `rank` ended (known to a launcher that reaped
+    /// it) before its socket close is noticed.
+    pub fn report_exit(&self, rank: usize, detail: &str) {
+        let mut st = self.shared.lock();
+        if st.status.get(rank) == Some(&Membership::Joined)
+            || st.status.get(rank) == Some(&Membership::Absent)
+        {
+            mark_died(&mut st, rank, detail);
+        }
+    }
+
+    /// Waits until every member has left or died, or `timeout` passes.
+    /// Returns whether all are gone.
+    pub fn wait_all_departed(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        loop {
+            let done = st.nranks.is_some()
+                && st
+                    .status
+                    .iter()
+                    .all(|s| matches!(s, Membership::Left | Membership::Died));
+            if done {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+}
+
+impl Drop for StoreServer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // Unblock accept().
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        {
+            let mut st = self.shared.lock();
+            for m in st.members.iter_mut().flatten() {
+                let _ = m.writer.shutdown(Shutdown::Both);
+            }
+        }
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl State {
+    fn resize(&mut self, n: usize) {
+        self.members.resize_with(n, || None);
+        self.status.resize(n, Membership::Absent);
+    }
+}
+
+fn send(st: &mut State, rank: usize, reply: &Reply) {
+    let body = reply.encode();
+    if let Some(Some(m)) = st.members.get_mut(rank) {
+        if let Err(e) = write_frame(&mut m.writer, &body) {
+            shmem_log!(Debug, "config store: write to PE {rank} failed: {e}");
+        }
+    }
+}
+
+fn broadcast(st: &mut State, reply: &Reply, except: Option<usize>) {
+    let body = reply.encode();
+    for (r, m) in st.members.iter_mut().enumerate() {
+        if Some(r) == except {
+            continue;
+        }
+        if let Some(m) = m {
+            let _ = write_frame(&mut m.writer, &body);
+        }
+    }
+}
+
+fn mark_died(st: &mut State, rank: usize, detail: &str) {
+    if let Some(s) = st.status.get_mut(rank) {
+        *s = Membership::Died;
+    }
+    if let Some(slot) = st.members.get_mut(rank) {
+        if let Some(m) = slot.take() {
+            let _ = m.writer.shutdown(Shutdown::Both);
+        }
+    }
+    shmem_log!(Debug, "config store: PE {rank} exited: {detail}");
+    broadcast(
+        st,
+        &Reply::PeerExited {
+            rank: rank as u32,
+            detail: detail.to_string(),
+        },
+        Some(rank),
+    );
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let conn = listener.accept();
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match conn {
+            Ok((stream, peer)) => {
+                let s2 = shared.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("shmem-store-conn".into())
+                    .spawn(move || serve(stream, peer, s2));
+                if let Err(e) = spawned {
+                    shmem_log!(Warn, "config store: cannot serve {peer}: {e}");
+                }
+            }
+            Err(e) => {
+                shmem_log!(Warn, "config store: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
+    let hello = match read_frame(&mut stream).map(|f| f.map(|b| Request::decode(&b))) {
+        Ok(Some(Ok(Request::Hello {
+            rank,
+            nranks,
+            secret,
+        }))) => (rank as usize, nranks as usize, secret),
+        Ok(None) => return,
+        other => {
+            if !shared.stop.load(Ordering::SeqCst) {
+                shmem_log!(
+                    Warn,
+                    "config store: dropped connection from {peer}: no valid HELLO ({})",
+                    describe(other)
+                );
+            }
+            return;
+        }
+    };
+    let (rank, nranks, secret) = hello;
+    let reject = |stream: &mut TcpStream, why: String| {
+        shmem_log!(Warn, "config store: rejected {peer}: {why}");
+        let _ = write_frame(stream, &Reply::Reject(why).encode());
+    };
+    if !constant_time_eq(&secret, &shared.secret) {
+        reject(&mut stream, "wrong job secret".into());
+        return;
+    }
+    let writer = match stream.try_clone() {
+        Ok(w) => w,
+        Err(e) => {
+            shmem_log!(Warn, "config store: cannot clone socket of {peer}: {e}");
+            return;
+        }
+    };
+    {
+        let mut st = shared.lock();
+        let n = *st.nranks.get_or_insert(nranks);
+        if st.status.len() != n {
+            st.resize(n);
+        }
+        if nranks != n {
+            drop(st);
+            reject(
+                &mut stream,
+                format!("PE {rank} says the job has {nranks} PEs, others say {n}"),
+            );
+            return;
+        }
+        if rank >= n {
+            drop(st);
+            reject(
+                &mut stream,
+                format!("rank {rank} is out of range for {n} PEs"),
+            );
+            return;
+        }
+        if st.status[rank] != Membership::Absent {
+            drop(st);
+            reject(
+                &mut stream,
+                format!("rank {rank} has already joined (duplicate rank)"),
+            );
+            return;
+        }
+        st.members[rank] = Some(Member { writer });
+        st.status[rank] = Membership::Joined;
+        send(&mut st, rank, &Reply::Welcome);
+        // Tell the newcomer about PEs that already died.
+        let dead: Vec<usize> = (0..n)
+            .filter(|&r| st.status[r] == Membership::Died)
+            .collect();
+        for r in dead {
+            send(
+                &mut st,
+                rank,
+                &Reply::PeerExited {
+                    rank: r as u32,
+                    detail: "exited before this PE joined".into(),
+                },
+            );
+        }
+        shared.changed.notify_all();
+    }
+    let _ = stream.set_read_timeout(None);
+    let end = loop {
+        let frame = match read_frame(&mut stream) {
+            Ok(Some(f)) => f,
+            Ok(None) => break "its connection to the config store closed before finalize (process died or was killed)".to_string(),
+            Err(e) => break format!("its connection to the config store failed: {e}"),
+        };
+        let req = match Request::decode(&frame) {
+            Ok(r) => r,
+            Err(e) => break format!("it sent a malformed request: {e}"),
+        };
+        let mut st = shared.lock();
+        match req {
+            Request::Hello { .. } => {
+                drop(st);
+                break "it sent a second HELLO".into();
+            }
+            Request::Set { key, value } => {
+                if let Some(ranks) = st.waiting.remove(&key) {
+                    for r in ranks {
+                        send(
+                            &mut st,
+                            r,
+                            &Reply::Value {
+                                key: key.clone(),
+                                value: value.clone(),
+                            },
+                        );
+                    }
+                }
+                st.kv.insert(key, value);
+            }
+            Request::Get { key } => {
+                if let Some(v) = st.kv.get(&key).cloned() {
+                    send(&mut st, rank, &Reply::Value { key, value: v });
+                } else {
+                    st.waiting.entry(key).or_default().push(rank);
+                }
+            }
+            Request::Collective { seq, data } => {
+                let n = st.status.len();
+                let slot = st.colls.entry(seq).or_insert_with(|| vec![None; n]);
+                slot[rank] = Some(data);
+                if slot.iter().all(|s| s.is_some()) {
+                    let done: Vec<Vec<u8>> = st
+                        .colls
+                        .remove(&seq)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|d| d.unwrap_or_default())
+                        .collect();
+                    broadcast(&mut st, &Reply::CollectiveDone { seq, data: done }, None);
+                }
+            }
+            Request::Abort { status, message } => {
+                broadcast(
+                    &mut st,
+                    &Reply::Abort {
+                        rank: rank as u32,
+                        status,
+                        message,
+                    },
+                    None,
+                );
+            }
+            Request::Bye => {
+                send(&mut st, rank, &Reply::ByeOk);
+                st.status[rank] = Membership::Left;
+                st.members[rank] = None;
+                shared.changed.notify_all();
+                return;
+            }
+        }
+    };
+    let mut st = shared.lock();
+    if st.status.get(rank) == Some(&Membership::Joined) {
+        mark_died(&mut st, rank, &end);
+    }
+    shared.changed.notify_all();
+}
+
+fn describe<T: std::fmt::Debug>(r: io::Result<Option<io::Result<T>>>) -> String {
+    match r {
+        Ok(Some(Ok(req))) => format!("first request was {req:?}"),
+        Ok(Some(Err(e))) => e.to_string(),
+        Ok(None) => "closed".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,95 @@
+//! Broadcast: the root's `source` lands in every member's `dest` (the
+//! root's included), directly or down a binomial tree.
+
+use shmem_core::{Element, Error, Result, SymSlice};
+
+use crate::collectives::{check_disjoint, check_sym, local_copy, Desc};
+use crate::{BroadcastAlgorithm, Collectives, Team};
+
+impl Collectives {
+    /// Copies `nelems` elements of `source` on team PE `root` into `dest` on
+    /// every member of `team` (`shmem_broadcast`). `source` is read only on
+    /// the root; on the root `dest` may be `source` itself. Every member must
+    /// pass the same `root` and `nelems`.
+    pub fn broadcast<T: Element>(
+        &self,
+        team: &Team,
+        dest: SymSlice<T>,
+        source: SymSlice<T>,
+        nelems: usize,
+        root: usize,
+    ) -> Result<()> {
+        let rt = &self.rt;
+        let n = team.n_pes();
+        let is_root = team.my_pe() == root;
+        let local = (|| {
+            if root >= n {
+                return Err(Error::PeOutOfRange { pe: root, n_pes: n });
+            }
+            check_sym(rt, "dest", &dest, nelems)?;
+            if is_root {
+                check_sym(rt, "source", &source, nelems)?;
+                check_disjoint(&dest, nelems, &source, nelems, true)?;
+            }
+            Ok(())
+        })();
+        let algo = self.algorithms.broadcast(n, nelems * std::mem::size_of::<T>());
+        let desc = Desc::new("broadcast")
+            .with_type::<T>()
+            .with(nelems as u64)
+            .with(root as u64)
+            .with(algo as u64);
+        let describe = || format!("root {root}, {nelems} x {}", std::any::type_name::<T>());
+        let mut call = self.begin(team, "broadcast", desc, local, &describe)?;
+        if nelems == 0 {
+            return Ok(());
+        }
+        let dest = dest.slice(..nelems)?;
+        let (me, n) = (call.me, call.n);
+        // The root sends from `source`; everyone else from its own dest,
+        // once the data has arrived.
+        let from = if is_root {
+            local_copy(rt, dest, source.slice(..nelems)?)?;
+            source.slice(..nelems)?
+        } else {
+            dest
+        };
+        match algo {
+            BroadcastAlgorithm::Direct => {
+                if is_root {
+                    // SAFETY: the root's source is not a target of this call.
+                    let src = unsafe { rt.local_slice(from)? };
+                    for s in 1..n {
+                        call.put_data((me + s) % n, dest, src)?;
+                    }
+                } else {
+                    call.wait_data(root, 1)?;
+                }
+            }
+            BroadcastAlgorithm::Binomial => {
+                // Virtual rank v: the root is 0; v's parent clears v's lowest
+                // set bit; its children are v + 2^k for 2^k below that bit.
+                let v = (me + n - root) % n;
+                let mut mask = 1;
+                while mask < n {
+                    if v & mask != 0 {
+                        call.wait_data((v - mask + root) % n, 1)?;
+                        break;
+                    }
+                    mask <<= 1;
+                }
+                // SAFETY: `from` is the root's source or this PE's dest after
+                // its parent's single put has arrived; nothing writes it now.
+                let src = unsafe { rt.local_slice(from)? };
+                mask >>= 1;
+                while mask > 0 {
+                    if v + mask < n {
+                        call.put_data((v + mask + root) % n, dest, src)?;
+                    }
+                    mask >>= 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,674 @@
+//! [`Collectives`]: the per-runtime state (scratch pool, predefined teams)
+//! and the handshake that opens every collective call.
+//!
+//! Every collective starts with a barrier over its team that also compares a
+//! 31-bit fingerprint of the call (operation, element type, counts, root,
+//! forced algorithm). After it, every member is inside the same call with
+//! the same arguments, so:
+//!
+//! * data may be put straight into other PEs' destination buffers (the
+//!   owner is no longer reading them), and the scratch of the previous call
+//!   is free everywhere;
+//! * a mismatch (a different root or count, or another collective) is
+//!   reported on every PE before any data moves, so it is an error and
+//!   never corruption or a hang.
+//!
+//! Handshake words carry `seq << 32 | fingerprint` (one writer per word,
+//! double-buffered by `seq` parity); data arrivals are counted with
+//! `SignalOp::Add` and each PE remembers how many it has consumed, so no
+//! word is ever reset while in use.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use shmem_core::{Cmp, Element, Error, PeId, Result, Runtime, SignalOp, SymBuf, SymRef, SymSlice};
+
+use crate::algorithm::{AlgorithmChoice, BarrierAlgorithm};
+use crate::team::{strided_members, Team, TeamConfig, TeamKind, TeamState};
+
+/// Fingerprint value sent by a PE whose own arguments were invalid.
+const BAD_ARGS: u32 = 0x8000_0000;
+/// Handshake state once two different fingerprints have met.
+const MISMATCH: u32 = 0xFFFF_FFFF;
+/// Words in a cache line; latency-critical words get one each.
+const LINE_WORDS: usize = 8;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Sizing of the collective scratch pool (identical on every PE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CollectivesOptions {
+    /// Teams that may exist at once, the two predefined ones included
+    /// (2..=64).
+    pub max_teams: usize,
+    /// Staging bytes per team (reductions and scans move data through it in
+    /// chunks of this size); `None` picks heap size / 512, clamped to
+    /// 4 KiB..64 KiB.
+    pub stage_bytes: Option<usize>,
+}
+
+impl Default for CollectivesOptions {
+    fn default() -> Self {
+        CollectivesOptions {
+            max_teams: 32,
+            stage_bytes: None,
+        }
+    }
+}
+
+/// Where a slot's words live, in `u64` words from the slot's start.
+#[derive(Debug, Clone, Copy)]
+struct SlotLayout {
+    rounds: usize,
+    world: usize,
+    words: usize,
+}
+
+impl SlotLayout {
+    fn new(world: usize) -> SlotLayout {
+        let rounds = ceil_log2(world).max(1);
+        let words = (2 * rounds + 1) * LINE_WORDS + 4 * world;
+        SlotLayout {
+            rounds,
+            world,
+            words: words.div_ceil(LINE_WORDS) * LINE_WORDS,
+        }
+    }
+    fn entry(&self, parity: usize, round: usize) -> usize {
+        (parity * self.rounds + round) * LINE_WORDS
+    }
+    fn release(&self) -> usize {
+        2 * self.rounds * LINE_WORDS
+    }
+    fn linear(&self, from: usize) -> usize {
+        (2 * self.rounds + 1) * LINE_WORDS + from
+    }
+    fn data(&self, from: usize) -> usize {
+        (2 * self.rounds + 1) * LINE_WORDS + self.world + from
+    }
+    fn meta(&self) -> usize {
+        (2 * self.rounds + 1) * LINE_WORDS + 2 * self.world
+    }
+}
+
+pub(crate) fn ceil_log2(n: usize) -> usize {
+    if n <= 1 {
+        0
+    } else {
+        (usize::BITS - (n - 1).leading_zeros()) as usize
+    }
+}
+
+/// Collective state of one runtime: the scratch pool, the predefined teams
+/// and the forced algorithms. Create it once per runtime, on every PE.
+pub struct Collectives {
+    pub(crate) rt: Arc<Runtime>,
+    id: u64,
+    pub(crate) algorithms: AlgorithmChoice,
+    layout: SlotLayout,
+    signals: SymBuf<u64>,
+    stage: SymBuf<u8>,
+    pub(crate) stage_bytes: usize,
+    max_teams: usize,
+    /// Bit `s` set: slot `s` is free on this PE.
+    free_slots: Mutex<u64>,
+    world: Team,
+    shared: Team,
+}
+
+impl std::fmt::Debug for Collectives {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collectives")
+            .field("my_pe", &self.rt.my_pe())
+            .field("n_pes", &self.rt.n_pes())
+            .field("max_teams", &self.max_teams)
+            .field("stage_bytes", &self.stage_bytes)
+            .field("algorithms", &self.algorithms)
+            .finish()
+    }
+}
+
+/// The fingerprint of a call, built field by field (FNV-1a).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Desc(u64);
+
+impl Desc {
+    pub(crate) fn new(op: &str) -> Desc {
+        Desc(0xcbf2_9ce4_8422_2325).bytes(op.as_bytes())
+    }
+    fn bytes(mut self, b: &[u8]) -> Desc {
+        for &x in b {
+            self.0 ^= x as u64;
+            self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+        }
+        self
+    }
+    pub(crate) fn with(self, v: u64) -> Desc {
+        self.bytes(&v.to_le_bytes())
+    }
+    pub(crate) fn with_type<T: 'static>(self) -> Desc {
+        self.with(std::mem::size_of::<T>() as u64).bytes(std::any::type_name::<T>().as_bytes())
+    }
+    fn value(self) -> u32 {
+        ((self.0 ^ (self.0 >> 32)) as u32) & 0x7FFF_FFFF
+    }
+}
+
+/// One collective call in progress on one team: the team's state is locked
+/// for its duration, so calls on a team never interleave within a process.
+pub(crate) struct Call<'a> {
+    pub(crate) coll: &'a Collectives,
+    pub(crate) rt: &'a Runtime,
+    pub(crate) team: &'a Team,
+    state: MutexGuard<'a, TeamState>,
+    /// This PE's team index.
+    pub(crate) me: usize,
+    /// Team size.
+    pub(crate) n: usize,
+}
+
+impl Call<'_> {
+    /// World PE of team PE `idx`.
+    pub(crate) fn pe(&self, idx: usize) -> PeId {
+        self.team.inner.members[idx]
+    }
+
+    fn word(&self, w: usize) -> SymRef<u64> {
+        self.coll.word(self.team.inner.slot, w)
+    }
+
+    /// This slot's staging buffer viewed as elements of `T`.
+    pub(crate) fn stage<T: Element>(&self) -> SymSlice<T> {
+        let off = self.coll.stage.offset() + self.team.inner.slot * self.coll.stage_bytes;
+        SymSlice::from_raw_parts(off, self.coll.stage_bytes / std::mem::size_of::<T>().max(1), self.coll.stage.instance())
+    }
+
+    /// `2 * world_size` words of per-call metadata (collect's sizes).
+    pub(crate) fn meta(&self) -> SymSlice<u64> {
+        let l = &self.coll.layout;
+        let off = self.coll.signals.offset() + (self.team.inner.slot * l.words + l.meta()) * 8;
+        SymSlice::from_raw_parts(off, 2 * l.world, self.coll.signals.instance())
+    }
+
+    /// Puts `src` into `dst` on team PE `to`, then counts one arrival in
+    /// `to`'s data word for this PE.
+    pub(crate) fn put_data<T: Element>(&self, to: usize, dst: SymSlice<T>, src: &[T]) -> Result<()> {
+        let sig = self.word(self.coll.layout.data(self.me));
+        self.rt.put_signal(dst, src, sig, 1, SignalOp::Add, self.pe(to))
+    }
+
+    /// Counts one arrival at team PE `to` without data (after a fence, it
+    /// also publishes earlier puts to `to`).
+    pub(crate) fn notify(&self, to: usize) -> Result<()> {
+        let sig = self.word(self.coll.layout.data(self.me));
+        self.rt.signal_op(sig, 1, SignalOp::Add, self.pe(to))
+    }
+
+    /// Waits for `count` more arrivals from team PE `from`.
+    pub(crate) fn wait_data(&mut self, from: usize, count: u64) -> Result<()> {
+        let target = self.state.consumed[from] + count;
+        let sig = self.word(self.coll.layout.data(from));
+        self.rt.signal_wait_until(sig, Cmp::Ge, target)?;
+        self.state.consumed[from] = target;
+        Ok(())
+    }
+
+    /// A barrier inside a call (between chunks that reuse the staging buffer).
+    pub(crate) fn sync(&mut self) -> Result<()> {
+        let v = Desc::new("inner-sync").value();
+        self.handshake(v).map(|_| ())
+    }
+
+    /// Runs the handshake barrier with fingerprint `value`; returns the
+    /// agreed value, or [`MISMATCH`].
+    fn handshake(&mut self, value: u32) -> Result<u32> {
+        self.state.seq += 1;
+        if self.n == 1 {
+            return Ok(value);
+        }
+        let seq = self.state.seq;
+        let tag = (seq & 0xFFFF_FFFF) << 32;
+        let (me, n) = (self.me, self.n);
+        match self.coll.algorithms.barrier() {
+            BarrierAlgorithm::Dissemination => {
+                let parity = (seq & 1) as usize;
+                let mut state = value;
+                let (mut round, mut dist) = (0, 1);
+                while dist < n {
+                    let w = self.word(self.coll.layout.entry(parity, round));
+                    self.rt.signal_op(w, tag | state as u64, SignalOp::Set, self.pe((me + dist) % n))?;
+                    if self.wait_tagged(w, tag)? != state {
+                        state = MISMATCH;
+                    }
+                    round += 1;
+                    dist <<= 1;
+                }
+                Ok(state)
+            }
+            BarrierAlgorithm::Linear => {
+                let release = self.word(self.coll.layout.release());
+                if me != 0 {
+                    let w = self.word(self.coll.layout.linear(me));
+                    self.rt.signal_op(w, tag | value as u64, SignalOp::Set, self.pe(0))?;
+                    return self.wait_tagged(release, tag);
+                }
+                let mut state = value;
+                for j in 1..n {
+                    if self.wait_tagged(self.word(self.coll.layout.linear(j)), tag)? != state {
+                        state = MISMATCH;
+                    }
+                }
+                for j in 1..n {
+                    self.rt.signal_op(release, tag | state as u64, SignalOp::Set, self.pe(j))?;
+                }
+                Ok(state)
+            }
+        }
+    }
+
+    /// Waits until this PE's `w` carries `tag` in its upper half; returns the
+    /// lower half.
+    fn wait_tagged(&self, w: SymRef<u64>, tag: u64) -> Result<u32> {
+        let mut got = 0u64;
+        let mut failed = None;
+        self.rt.wait_for(|| match self.rt.signal_fetch(w) {
+            Ok(v) => {
+                got = v;
+                v & !0xFFFF_FFFF == tag
+            }
+            Err(e) => {
+                failed = Some(e);
+                true
+            }
+        })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(got as u32),
+        }
+    }
+}
+
+impl Collectives {
+    /// Sets up collectives on `rt` with default sizing (collective over all
+    /// PEs: allocates the scratch pool, builds `TEAM_WORLD` and `TEAM_SHARED`).
+    pub fn new(rt: Arc<Runtime>) -> Result<Arc<Collectives>> {
+        Collectives::with_options(rt, CollectivesOptions::default())
+    }
+
+    /// [`Collectives::new`] with explicit pool sizing (same options on every PE).
+    pub fn with_options(rt: Arc<Runtime>, opts: CollectivesOptions) -> Result<Arc<Collectives>> {
+        if !(2..=64).contains(&opts.max_teams) {
+            return Err(Error::invalid(
+                "max_teams",
+                format!("{} is outside 2..=64", opts.max_teams),
+            ));
+        }
+        let algorithms = AlgorithmChoice::from_config(rt.config())?;
+        let n = rt.n_pes();
+        let stage_bytes = opts
+            .stage_bytes
+            .unwrap_or_else(|| (rt.heap_size() / 512).clamp(4 << 10, 64 << 10));
+        let stage_bytes = stage_bytes / 64 * 64;
+        if stage_bytes < 4 << 10 {
+            return Err(Error::invalid(
+                "stage_bytes",
+                format!("{stage_bytes} bytes is below the 4 KiB minimum"),
+            ));
+        }
+        let layout = SlotLayout::new(n);
+        let stage_total = stage_bytes.checked_mul(opts.max_teams).ok_or_else(|| {
+            Error::invalid("stage_bytes", "stage_bytes * max_teams overflows")
+        })?;
+        let stage_off = rt.malloc_bytes(stage_total, 64)?;
+        let stage = SymBuf::from_raw_parts(stage_off, stage_total, rt.instance());
+        // Zeroed, then a barrier inside calloc: no PE signals a word before
+        // its owner has cleared it.
+        let signals = rt.calloc::<u64>(layout.words * opts.max_teams)?;
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let me = rt.my_pe();
+        let world = Team::new(id, TeamKind::World, 0, (0..n).collect(), n, me, TeamConfig::default())
+            .ok_or_else(|| Error::invalid("rank", format!("PE {me} is not in 0..{n}")))?;
+        let local = rt.topology().local_pes();
+        let shared = Team::new(id, TeamKind::Shared, 1, local, n, me, TeamConfig::default())
+            .ok_or_else(|| Error::invalid("topology", format!("PE {me} is not on its own node")))?;
+        let all = if opts.max_teams == 64 { u64::MAX } else { (1u64 << opts.max_teams) - 1 };
+        Ok(Arc::new(Collectives {
+            rt,
+            id,
+            algorithms,
+            layout,
+            signals,
+            stage,
+            stage_bytes,
+            max_teams: opts.max_teams,
+            free_slots: Mutex::new(all & !0b11),
+            world,
+            shared,
+        }))
+    }
+
+    /// The runtime underneath.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.rt
+    }
+
+    /// The algorithms forced by `SHMEM_*_ALGORITHM` (`None`: chosen per call).
+    pub fn algorithms(&self) -> AlgorithmChoice {
+        self.algorithms
+    }
+
+    /// Staging bytes per team.
+    pub fn stage_bytes(&self) -> usize {
+        self.stage_bytes
+    }
+
+    /// All PEs of the job (`SHMEM_TEAM_WORLD`).
+    pub fn world(&self) -> Team {
+        self.world.clone()
+    }
+
+    /// The PEs on this PE's node (`SHMEM_TEAM_SHARED`).
+    pub fn shared(&self) -> Team {
+        self.shared.clone()
+    }
+
+    pub(crate) fn world_ref(&self) -> &Team {
+        &self.world
+    }
+
+    fn word(&self, slot: usize, w: usize) -> SymRef<u64> {
+        let off = self.signals.offset() + (slot * self.layout.words + w) * 8;
+        SymRef::from_raw_parts(off, self.signals.instance())
+    }
+
+    fn free_slots(&self) -> MutexGuard<'_, u64> {
+        self.free_slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens a collective on `team`: checks the handle, then runs the
+    /// handshake with this call's fingerprint. `local` is the outcome of this
+    /// PE's own argument checks; a failure there still joins the handshake
+    /// (so the other PEs fail too instead of waiting) and is returned.
+    pub(crate) fn begin<'a>(
+        &'a self,
+        team: &'a Team,
+        op: &'static str,
+        desc: Desc,
+        local: Result<()>,
+        describe: &dyn Fn() -> String,
+    ) -> Result<Call<'a>> {
+        self.check_team(team)?;
+        let mut call = Call {
+            coll: self,
+            rt: &self.rt,
+            team,
+            state: team.lock_state(),
+            me: team.my_pe(),
+            n: team.n_pes(),
+        };
+        let mine = match local {
+            Ok(()) => desc.with(self.algorithms.fingerprint()).value(),
+            Err(_) => BAD_ARGS,
+        };
+        let agreed = call.handshake(mine)?;
+        local?;
+        if agreed != mine {
+            return Err(Error::CollectiveMismatch {
+                op,
+                details: format!(
+                    "PE {} (team PE {} of {}) called {op} with {}; another PE of the team passed \
+                     different arguments, invalid ones, or called a different collective",
+                    self.rt.my_pe(),
+                    call.me,
+                    call.n,
+                    describe()
+                ),
+            });
+        }
+        Ok(call)
+    }
+
+    pub(crate) fn check_team(&self, team: &Team) -> Result<()> {
+        if team.inner.owner != self.id {
+            return Err(Error::invalid("team", "belongs to another runtime instance"));
+        }
+        if team.is_destroyed() {
+            return Err(Error::invalid("team", "has been destroyed"));
+        }
+        Ok(())
+    }
+
+    // ----- synchronisation ----------------------------------------------
+
+    /// Waits until every member of `team` has called `sync` (no memory
+    /// ordering beyond the signals; see [`Collectives::barrier`]).
+    pub fn sync(&self, team: &Team) -> Result<()> {
+        self.begin(team, "sync", Desc::new("sync"), Ok(()), &|| "no arguments".into())
+            .map(|_| ())
+    }
+
+    /// Completes this PE's outstanding puts and AMOs ([`Runtime::quiet`]),
+    /// then synchronises `team`.
+    pub fn barrier(&self, team: &Team) -> Result<()> {
+        self.rt.quiet()?;
+        self.begin(team, "barrier", Desc::new("sync"), Ok(()), &|| "no arguments".into())
+            .map(|_| ())
+    }
+
+    /// [`Collectives::barrier`] over all PEs.
+    pub fn barrier_all(&self) -> Result<()> {
+        self.barrier(&self.world)
+    }
+
+    /// [`Collectives::sync`] over all PEs.
+    pub fn sync_all(&self) -> Result<()> {
+        self.sync(&self.world)
+    }
+
+    // ----- team management ----------------------------------------------
+
+    /// Splits `parent` (collective over it): the new team holds parent PEs
+    /// `start, start + stride, ...` (`size` of them). PEs outside it get
+    /// `None`. Every parent PE must pass the same arguments.
+    pub fn team_split_strided(
+        &self,
+        parent: &Team,
+        start: usize,
+        stride: isize,
+        size: usize,
+        config: Option<TeamConfig>,
+    ) -> Result<Option<Team>> {
+        let members = strided_members(parent, start, stride, size);
+        let local = members
+            .as_ref()
+            .map(|_| ())
+            .map_err(|reason| Error::invalid("team_split_strided", reason.clone()));
+        let desc = Desc::new("split_strided")
+            .with(start as u64)
+            .with(stride as u64)
+            .with(size as u64);
+        let describe = || format!("start {start}, stride {stride}, size {size}");
+        let slots = self.agree_free_slots(parent, "team_split_strided", desc, local, &describe, 1)?;
+        let members = members.map_err(|reason| Error::invalid("team_split_strided", reason))?;
+        Ok(self.make_team(slots[0], members, config.unwrap_or_default()))
+    }
+
+    /// Splits `parent` into a 2-D grid with `xrange` columns (collective over
+    /// it). Returns this PE's row team (consecutive parent PEs) and column
+    /// team (parent PEs `xrange` apart). The last row may be short.
+    pub fn team_split_2d(
+        &self,
+        parent: &Team,
+        xrange: usize,
+        xconfig: Option<TeamConfig>,
+        yconfig: Option<TeamConfig>,
+    ) -> Result<(Team, Team)> {
+        let n = parent.n_pes();
+        let local = if xrange == 0 {
+            Err(Error::invalid("xrange", "must be at least 1"))
+        } else {
+            Ok(())
+        };
+        let xr = xrange.clamp(1, n);
+        let desc = Desc::new("split_2d").with(xrange as u64);
+        let describe = || format!("xrange {xrange}");
+        let slots = self.agree_free_slots(parent, "team_split_2d", desc, local, &describe, 2)?;
+        let me = parent.my_pe();
+        let row = me / xr;
+        let col = me % xr;
+        let xs: Vec<PeId> = (row * xr..((row + 1) * xr).min(n)).map(|i| parent.inner.members[i]).collect();
+        let ys: Vec<PeId> = (col..n).step_by(xr).map(|i| parent.inner.members[i]).collect();
+        let x = self.make_team(slots[0], xs, xconfig.unwrap_or_default());
+        let y = self.make_team(slots[1], ys, yconfig.unwrap_or_default());
+        match (x, y) {
+            (Some(x), Some(y)) => Ok((x, y)),
+            _ => Err(Error::invalid("team_split_2d", "this PE fell outside its own row or column")),
+        }
+    }
+
+    /// Destroys a team (collective over its members): synchronises them,
+    /// then returns its scratch slot to the pool. Every clone of the handle
+    /// becomes unusable. The predefined teams cannot be destroyed.
+    pub fn team_destroy(&self, team: Team) -> Result<()> {
+        self.check_team(&team)?;
+        if team.inner.kind != TeamKind::Split {
+            return Err(Error::invalid("team", "TEAM_WORLD and TEAM_SHARED cannot be destroyed"));
+        }
+        let call = self.begin(&team, "team_destroy", Desc::new("destroy"), Ok(()), &|| "no arguments".into())?;
+        // Every member has entered destroy and every signal sent to this PE
+        // has been consumed, so nothing is in flight to these words: clear
+        // them for the slot's next team.
+        let slot = team.inner.slot;
+        let words = SymSlice::<u64>::from_raw_parts(
+            self.signals.offset() + slot * self.layout.words * 8,
+            self.layout.words,
+            self.signals.instance(),
+        );
+        self.rt.write_local(words, &vec![0u64; self.layout.words])?;
+        team.inner.destroyed.store(true, Ordering::Release);
+        drop(call);
+        *self.free_slots() |= 1 << slot;
+        Ok(())
+    }
+
+    /// Finds `count` slots free on every PE of `parent` (an AND-reduction of
+    /// the free masks, which doubles as the argument check).
+    fn agree_free_slots(
+        &self,
+        parent: &Team,
+        op: &'static str,
+        desc: Desc,
+        local: Result<()>,
+        describe: &dyn Fn() -> String,
+        count: usize,
+    ) -> Result<Vec<usize>> {
+        let mut mask = [*self.free_slots()];
+        let mut call = self.begin(parent, op, desc, local, describe)?;
+        crate::reduce::rd_allreduce(&mut call, crate::ReduceOp::And, &mut mask)?;
+        let mut bits = mask[0];
+        let mut out = Vec::with_capacity(count);
+        for _ in 0..count {
+            if bits == 0 {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "no free team slot common to the parent's PEs ({} teams at most; destroy unused teams)",
+                        self.max_teams
+                    ),
+                ));
+            }
+            let s = bits.trailing_zeros() as usize;
+            bits &= !(1 << s);
+            out.push(s);
+        }
+        Ok(out)
+    }
+
+    fn make_team(&self, slot: usize, members: Vec<PeId>, config: TeamConfig) -> Option<Team> {
+        let t = Team::new(
+            self.id,
+            TeamKind::Split,
+            slot,
+            members,
+            self.rt.n_pes(),
+            self.rt.my_pe(),
+            config,
+        )?;
+        *self.free_slots() &= !(1 << slot);
+        Some(t)
+    }
+}
+
+// ----- argument checks shared by the collectives ---------------------------
+
+/// Checks that `s` belongs to this runtime, holds at least `need` elements,
+/// lies in the heap and is aligned for `T`.
+pub(crate) fn check_sym<T: Element>(rt: &Runtime, arg: &'static str, s: &SymSlice<T>, need: usize) -> Result<()> {
+    if s.instance() != rt.instance() {
+        return Err(Error::WrongInstance {
+            object: s.instance(),
+            runtime: rt.instance(),
+        });
+    }
+    if s.len() < need {
+        return Err(Error::invalid(
+            arg,
+            format!("holds {} elements, the call needs {need}", s.len()),
+        ));
+    }
+    if s.offset() & (std::mem::align_of::<T>() - 1) != 0 {
+        return Err(Error::Misaligned {
+            offset: s.offset(),
+            width: std::mem::align_of::<T>(),
+        });
+    }
+    rt.check_range(s.offset(), s.byte_len())
+}
+
+/// Errors if the first `a_len` elements of `a` overlap the first `b_len` of
+/// `b` (exact aliasing is allowed only when `same_ok`).
+pub(crate) fn check_disjoint<T: Element>(
+    a: &SymSlice<T>,
+    a_len: usize,
+    b: &SymSlice<T>,
+    b_len: usize,
+    same_ok: bool,
+) -> Result<()> {
+    let sz = std::mem::size_of::<T>();
+    let (a0, a1) = (a.offset(), a.offset() + a_len * sz);
+    let (b0, b1) = (b.offset(), b.offset() + b_len * sz);
+    if a_len == 0 || b_len == 0 || a1 <= b0 || b1 <= a0 {
+        return Ok(());
+    }
+    if same_ok && a0 == b0 && a_len == b_len {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "dest",
+        format!(
+            "heap range [{a0:#x}, {a1:#x}) overlaps source range [{b0:#x}, {b1:#x}){}",
+            if same_ok { " (only an exact in-place call is allowed)" } else { "" }
+        ),
+    ))
+}
+
+/// `a * b`, or an error naming `arg`.
+pub(crate) fn mul(arg: &'static str, a: usize, b: usize) -> Result<usize> {
+    a.checked_mul(b)
+        .ok_or_else(|| Error::invalid(arg, format!("{a} * {b} overflows")))
+}
+
+/// Copies `len` elements within this PE's heap (`copy` semantics: may overlap).
+pub(crate) fn local_copy<T: Element>(rt: &Runtime, dst: SymSlice<T>, src: SymSlice<T>) -> Result<()> {
+    if dst.offset() == src.offset() || src.is_empty() {
+        return Ok(());
+    }
+    rt.check_range(dst.offset(), src.byte_len())?;
+    rt.check_range(src.offset(), src.byte_len())?;
+    let base = rt.heap_base().as_ptr();
+    // SAFETY: both ranges lie in this PE's heap (checked just above); `copy`
+    // allows overlap; no other PE writes these ranges during the call (the
+    // handshake has run and the algorithms never target them remotely).
+    unsafe { std::ptr::copy(base.add(src.offset()), base.add(dst.offset()), src.byte_len()) };
+    Ok(())
+}

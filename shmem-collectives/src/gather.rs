@@ -1,0 +1,127 @@
+//! Allgather: `fcollect` (the same count from every PE) and `collect`
+//! (a count per PE), by direct puts or around a ring.
+
+use std::ops::Range;
+
+use shmem_core::{Element, Error, Result, SymSlice};
+
+use crate::collectives::{check_disjoint, check_sym, local_copy, mul, Call, Desc};
+use crate::{Collectives, GatherAlgorithm, Team};
+
+/// Moves block `blocks[i]` of this PE's `dest` to every member's `dest`:
+/// this PE's block is already in place locally.
+fn gather_blocks<T: Element>(call: &mut Call<'_>, algo: GatherAlgorithm, dest: SymSlice<T>, blocks: &[Range<usize>]) -> Result<()> {
+    let (me, n) = (call.me, call.n);
+    if n == 1 {
+        return Ok(());
+    }
+    let rt = call.rt;
+    match algo {
+        GatherAlgorithm::Direct => {
+            let mine = dest.slice(blocks[me].clone())?;
+            // SAFETY: this PE's own block of dest is written only locally
+            // (already done); peers write only their own blocks here.
+            let src = unsafe { rt.local_slice(mine)? };
+            for s in 1..n {
+                call.put_data((me + s) % n, mine, src)?;
+            }
+            for s in 1..n {
+                call.wait_data((me + n - s) % n, 1)?;
+            }
+        }
+        GatherAlgorithm::Ring => {
+            let succ = (me + 1) % n;
+            let pred = (me + n - 1) % n;
+            for s in 0..n - 1 {
+                let b = dest.slice(blocks[(me + n - s) % n].clone())?;
+                // SAFETY: block me - s is ours or arrived in the previous
+                // step; the predecessor is now writing block me - s - 1.
+                let src = unsafe { rt.local_slice(b)? };
+                call.put_data(succ, b, src)?;
+                call.wait_data(pred, 1)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Collectives {
+    /// Concatenates `nelems` elements of every member's `source` into every
+    /// member's `dest`, in team PE order (`shmem_fcollect`, allgather).
+    /// `dest` holds `n_pes * nelems` elements and must not overlap `source`.
+    pub fn fcollect<T: Element>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nelems: usize) -> Result<()> {
+        let rt = &self.rt;
+        let n = team.n_pes();
+        let local = (|| {
+            let total = mul("nelems", n, nelems)?;
+            check_sym(rt, "source", &source, nelems)?;
+            check_sym(rt, "dest", &dest, total)?;
+            check_disjoint(&dest, total, &source, nelems, false)
+        })();
+        let algo = self.algorithms.fcollect(n, nelems * std::mem::size_of::<T>());
+        let desc = Desc::new("fcollect").with_type::<T>().with(nelems as u64).with(algo as u64);
+        let describe = || format!("{nelems} x {}", std::any::type_name::<T>());
+        let mut call = self.begin(team, "fcollect", desc, local, &describe)?;
+        if nelems == 0 {
+            return Ok(());
+        }
+        let blocks: Vec<Range<usize>> = (0..n).map(|i| i * nelems..(i + 1) * nelems).collect();
+        local_copy(rt, dest.slice(blocks[call.me].clone())?, source.slice(..nelems)?)?;
+        gather_blocks(&mut call, algo, dest, &blocks)
+    }
+
+    /// Concatenates every member's `source` into every member's `dest`, in
+    /// team PE order, where each PE contributes its own `nelems`
+    /// (`shmem_collect`). Returns the total number of elements gathered. An
+    /// error on every PE if any member's `dest` is too small.
+    pub fn collect<T: Element>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nelems: usize) -> Result<usize> {
+        let rt = &self.rt;
+        let local = (|| {
+            check_sym(rt, "source", &source, nelems)?;
+            check_sym(rt, "dest", &dest, 0)?;
+            check_disjoint(&dest, dest.len(), &source, nelems, false)
+        })();
+        let desc = Desc::new("collect").with_type::<T>();
+        let describe = || format!("{nelems} x {} (dest of {})", std::any::type_name::<T>(), dest.len());
+        let mut call = self.begin(team, "collect", desc, local, &describe)?;
+        let (me, n) = (call.me, call.n);
+
+        // Everyone learns every PE's count and destination capacity.
+        let meta = call.meta();
+        let mine = [nelems as u64, dest.len() as u64];
+        rt.write_local(meta.slice(2 * me..2 * me + 2)?, &mine)?;
+        for s in 1..n {
+            call.put_data((me + s) % n, meta.slice(2 * me..2 * me + 2)?, &mine)?;
+        }
+        for s in 1..n {
+            call.wait_data((me + n - s) % n, 1)?;
+        }
+        let sizes = rt.read_local(meta.slice(..2 * n)?)?;
+        let mut blocks = Vec::with_capacity(n);
+        let mut total = 0usize;
+        let mut largest = 0usize;
+        for i in 0..n {
+            let c = sizes[2 * i] as usize;
+            blocks.push(total..total + c);
+            total = total
+                .checked_add(c)
+                .ok_or_else(|| Error::invalid("nelems", "the counts of all PEs overflow"))?;
+            largest = largest.max(c);
+        }
+        // Every PE sees the same table, so they all fail alike.
+        if let Some(i) = (0..n).find(|&i| (sizes[2 * i + 1] as usize) < total) {
+            return Err(Error::CollectiveMismatch {
+                op: "collect",
+                details: format!(
+                    "team PE {i} (PE {}) has a dest of {} elements, the PEs contribute {total} in all",
+                    call.pe(i),
+                    sizes[2 * i + 1]
+                ),
+            });
+        }
+        let algo = self.algorithms.collect(n, largest * std::mem::size_of::<T>());
+        local_copy(rt, dest.slice(blocks[me].clone())?, source.slice(..nelems)?)?;
+        gather_blocks(&mut call, algo, dest, &blocks)?;
+        Ok(total)
+    }
+}

@@ -1,0 +1,475 @@
+//! Reductions (`*_reduce`) and prefix scans over a team.
+//!
+//! Every PE first copies its source into private memory, so `dest` may be
+//! the same array as `source` (in place). Two reduction algorithms:
+//!
+//! * recursive doubling: partners `i ^ 2^k` swap partial results through
+//!   the staging buffer; non-power-of-two teams fold the extra PEs in first
+//!   and hand them the result last. Chunks alternate between two halves of
+//!   the staging buffer: a partner can be at most one chunk ahead, because
+//!   finishing a chunk needs every PE's contribution to it.
+//! * ring: a reduce-scatter (block `b` travels the ring collecting one
+//!   contribution per PE) then an allgather of the reduced blocks straight
+//!   into the destinations.
+
+use shmem_core::{Element, Error, Result, SymSlice};
+
+use crate::collectives::{check_disjoint, check_sym, Call, Desc};
+use crate::{Collectives, ReduceAlgorithm, ScanAlgorithm, Team};
+
+/// A reduction operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Bitwise and (integers only).
+    And,
+    /// Bitwise or (integers only).
+    Or,
+    /// Bitwise exclusive or (integers only).
+    Xor,
+    /// Minimum.
+    Min,
+    /// Maximum.
+    Max,
+    /// Sum (wrapping for integers).
+    Sum,
+    /// Product (wrapping for integers).
+    Prod,
+}
+
+impl ReduceOp {
+    /// Every operator.
+    pub const ALL: [ReduceOp; 7] = [
+        ReduceOp::And,
+        ReduceOp::Or,
+        ReduceOp::Xor,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+    ];
+
+    /// Lower-case name, as in `shmem_int_sum_reduce`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::And => "and",
+            ReduceOp::Or => "or",
+            ReduceOp::Xor => "xor",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+        }
+    }
+
+    /// Whether the operator is bitwise (and, or, xor).
+    pub fn is_bitwise(self) -> bool {
+        matches!(self, ReduceOp::And | ReduceOp::Or | ReduceOp::Xor)
+    }
+}
+
+/// A numeric element that reductions accept: min, max, sum and prod for
+/// every integer and float type; and, or and xor for integers
+/// ([`BitwiseReducible`]).
+pub trait Reducible: Element + PartialOrd {
+    /// Whether and/or/xor apply.
+    const BITWISE: bool;
+    /// `acc[i] = acc[i] op other[i]`; bitwise operators on floats are an
+    /// error.
+    fn combine(op: ReduceOp, acc: &mut [Self], other: &[Self]) -> Result<()>;
+    /// The value `x` with `identity op x == x` (what PE 0 gets from an
+    /// exclusive scan).
+    fn identity(op: ReduceOp) -> Self;
+}
+
+/// An integer element: bitwise reductions apply too.
+pub trait BitwiseReducible: Reducible {}
+
+fn bitwise_on_float(op: ReduceOp) -> Error {
+    Error::invalid("op", format!("`{}` reduction needs an integer type, not a float", op.name()))
+}
+
+macro_rules! int_reducible {
+    ($($t:ty),*) => { $(
+        impl Reducible for $t {
+            const BITWISE: bool = true;
+            fn combine(op: ReduceOp, acc: &mut [$t], other: &[$t]) -> Result<()> {
+                let pairs = acc.iter_mut().zip(other);
+                match op {
+                    ReduceOp::And => pairs.for_each(|(a, b)| *a &= *b),
+                    ReduceOp::Or => pairs.for_each(|(a, b)| *a |= *b),
+                    ReduceOp::Xor => pairs.for_each(|(a, b)| *a ^= *b),
+                    ReduceOp::Min => pairs.for_each(|(a, b)| *a = (*a).min(*b)),
+                    ReduceOp::Max => pairs.for_each(|(a, b)| *a = (*a).max(*b)),
+                    ReduceOp::Sum => pairs.for_each(|(a, b)| *a = a.wrapping_add(*b)),
+                    ReduceOp::Prod => pairs.for_each(|(a, b)| *a = a.wrapping_mul(*b)),
+                }
+                Ok(())
+            }
+            fn identity(op: ReduceOp) -> $t {
+                match op {
+                    ReduceOp::And | ReduceOp::Min => <$t>::MAX,
+                    ReduceOp::Max => <$t>::MIN,
+                    ReduceOp::Or | ReduceOp::Xor | ReduceOp::Sum => 0,
+                    ReduceOp::Prod => 1,
+                }
+            }
+        }
+        impl BitwiseReducible for $t {}
+    )* };
+}
+int_reducible!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
+
+macro_rules! float_reducible {
+    ($($t:ty),*) => { $(
+        impl Reducible for $t {
+            const BITWISE: bool = false;
+            fn combine(op: ReduceOp, acc: &mut [$t], other: &[$t]) -> Result<()> {
+                let pairs = acc.iter_mut().zip(other);
+                match op {
+                    ReduceOp::Min => pairs.for_each(|(a, b)| *a = a.min(*b)),
+                    ReduceOp::Max => pairs.for_each(|(a, b)| *a = a.max(*b)),
+                    ReduceOp::Sum => pairs.for_each(|(a, b)| *a += *b),
+                    ReduceOp::Prod => pairs.for_each(|(a, b)| *a *= *b),
+                    ReduceOp::And | ReduceOp::Or | ReduceOp::Xor => return Err(bitwise_on_float(op)),
+                }
+                Ok(())
+            }
+            fn identity(op: ReduceOp) -> $t {
+                match op {
+                    ReduceOp::Min => <$t>::INFINITY,
+                    ReduceOp::Max => <$t>::NEG_INFINITY,
+                    ReduceOp::Prod => 1.0,
+                    _ => 0.0,
+                }
+            }
+        }
+    )* };
+}
+float_reducible!(f32, f64);
+
+/// Whether a scan includes the PE's own contribution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScanKind {
+    /// PE i gets `x_0 op ... op x_i`.
+    Inclusive,
+    /// PE i gets `x_0 op ... op x_(i-1)`; PE 0 gets the operator's identity.
+    Exclusive,
+}
+
+/// Reads `len` staged elements written by a peer.
+fn staged<T: Element>(call: &Call<'_>, at: usize, len: usize) -> Result<Vec<T>> {
+    call.rt.read_local(call.stage::<T>().slice(at..at + len)?)
+}
+
+/// Allreduce of `data` (private memory, same length everywhere) over the
+/// call's team by recursive doubling; the result replaces `data`.
+pub(crate) fn rd_allreduce<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, data: &mut [T]) -> Result<()> {
+    let n = call.n;
+    if n == 1 || data.is_empty() {
+        return Ok(());
+    }
+    let me = call.me;
+    let p2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
+    let rem = n - p2;
+    let rounds = p2.trailing_zeros() as usize;
+    // Slots: 0 = fold-in from an extra PE, 1..=rounds, rounds+1 = result
+    // handed back to an extra PE; twice (chunk parity).
+    let slots = rounds + 2;
+    let slot_elems = call.coll.stage_bytes / (2 * slots) / std::mem::size_of::<T>();
+    if slot_elems == 0 {
+        return Err(Error::invalid(
+            "stage_bytes",
+            format!("{} bytes cannot hold {} staging slots", call.coll.stage_bytes, 2 * slots),
+        ));
+    }
+    let stage = call.stage::<T>();
+    let slot = |parity: usize, s: usize| (parity * slots + s) * slot_elems;
+    let to_pe = |newrank: usize| if newrank < rem { newrank * 2 + 1 } else { newrank + rem };
+    for (ci, chunk) in data.chunks_mut(slot_elems).enumerate() {
+        let parity = ci % 2;
+        let len = chunk.len();
+        let newrank = if me < 2 * rem {
+            if me & 1 == 0 {
+                let at = slot(parity, 0);
+                call.put_data(me + 1, stage.slice(at..at + len)?, chunk)?;
+                call.wait_data(me + 1, 1)?;
+                chunk.copy_from_slice(&staged::<T>(call, slot(parity, rounds + 1), len)?);
+                continue;
+            }
+            call.wait_data(me - 1, 1)?;
+            T::combine(op, chunk, &staged::<T>(call, slot(parity, 0), len)?)?;
+            me / 2
+        } else {
+            me - rem
+        };
+        for r in 0..rounds {
+            let partner = to_pe(newrank ^ (1 << r));
+            let at = slot(parity, 1 + r);
+            call.put_data(partner, stage.slice(at..at + len)?, chunk)?;
+            call.wait_data(partner, 1)?;
+            T::combine(op, chunk, &staged::<T>(call, at, len)?)?;
+        }
+        if me < 2 * rem {
+            let at = slot(parity, rounds + 1);
+            call.put_data(me - 1, stage.slice(at..at + len)?, chunk)?;
+        }
+    }
+    Ok(())
+}
+
+/// Allreduce by ring reduce-scatter + allgather; the result lands in `dest`
+/// on every PE. `acc` holds this PE's contribution and is consumed.
+fn ring_allreduce<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, acc: &mut [T], dest: SymSlice<T>) -> Result<()> {
+    let (n, me) = (call.n, call.me);
+    let succ = (me + 1) % n;
+    let pred = (me + n - 1) % n;
+    let stage = call.stage::<T>();
+    let chunk = stage.len();
+    let mut base = 0;
+    while base < acc.len() {
+        let mc = chunk.min(acc.len() - base);
+        let bs = mc.div_ceil(n);
+        let block = |b: usize| {
+            let s = (b * bs).min(mc);
+            s..((b + 1) * bs).min(mc)
+        };
+        // Reduce-scatter: after n - 1 steps block me+1 is complete here.
+        for s in 0..n - 1 {
+            let b = (me + n - s) % n;
+            let r = block(b);
+            call.put_data(succ, stage.slice(r.clone())?, &acc[base + r.start..base + r.end])?;
+            let b = (me + 2 * n - s - 1) % n;
+            let r = block(b);
+            call.wait_data(pred, 1)?;
+            let incoming = call.rt.read_local(stage.slice(r.clone())?)?;
+            T::combine(op, &mut acc[base + r.start..base + r.end], &incoming)?;
+        }
+        // Allgather of the reduced blocks, straight into the destinations.
+        let mine = block((me + 1) % n);
+        let d = dest.slice(base + mine.start..base + mine.end)?;
+        call.rt.write_local(d, &acc[base + mine.start..base + mine.end])?;
+        for s in 0..n - 1 {
+            let b = (me + 1 + n - s) % n;
+            let r = block(b);
+            let d = dest.slice(base + r.start..base + r.end)?;
+            // SAFETY: block b of this PE's dest was completed locally or
+            // received before this step; the predecessor writes a different
+            // block now and nobody else writes this PE's dest.
+            let src = unsafe { call.rt.local_slice(d)? };
+            call.put_data(succ, d, src)?;
+            call.wait_data(pred, 1)?;
+        }
+        base += mc;
+    }
+    Ok(())
+}
+
+impl Collectives {
+    /// Reduces `nreduce` elements of `source` across `team` with `op`; every
+    /// member gets the result in `dest` (which may be `source` itself).
+    pub fn reduce<T: Reducible>(
+        &self,
+        team: &Team,
+        op: ReduceOp,
+        dest: SymSlice<T>,
+        source: SymSlice<T>,
+        nreduce: usize,
+    ) -> Result<()> {
+        let rt = &self.rt;
+        let local = (|| {
+            if op.is_bitwise() && !T::BITWISE {
+                return Err(bitwise_on_float(op));
+            }
+            check_sym(rt, "source", &source, nreduce)?;
+            check_sym(rt, "dest", &dest, nreduce)?;
+            check_disjoint(&dest, nreduce, &source, nreduce, true)
+        })();
+        let mut acc = match &local {
+            Ok(()) => rt.read_local(source.slice(..nreduce)?)?,
+            Err(_) => Vec::new(),
+        };
+        let algo = self.algorithms.reduce(team.n_pes(), nreduce * std::mem::size_of::<T>());
+        let desc = Desc::new("reduce").with_type::<T>().with(op as u64).with(nreduce as u64).with(algo as u64);
+        let describe = || format!("op {}, {nreduce} x {}", op.name(), std::any::type_name::<T>());
+        let mut call = self.begin(team, "reduce", desc, local, &describe)?;
+        if nreduce == 0 {
+            return Ok(());
+        }
+        match algo {
+            ReduceAlgorithm::RecursiveDoubling => {
+                rd_allreduce(&mut call, op, &mut acc)?;
+                rt.write_local(dest.slice(..nreduce)?, &acc)
+            }
+            ReduceAlgorithm::Ring if call.n == 1 => rt.write_local(dest.slice(..nreduce)?, &acc),
+            ReduceAlgorithm::Ring => ring_allreduce(&mut call, op, &mut acc, dest),
+        }
+    }
+
+    /// Sum reduction (`shmem_TYPE_sum_reduce`).
+    pub fn sum_reduce<T: Reducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+        self.reduce(team, ReduceOp::Sum, dest, source, nreduce)
+    }
+
+    /// Product reduction (`shmem_TYPE_prod_reduce`).
+    pub fn prod_reduce<T: Reducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+        self.reduce(team, ReduceOp::Prod, dest, source, nreduce)
+    }
+
+    /// Minimum reduction (`shmem_TYPE_min_reduce`).
+    pub fn min_reduce<T: Reducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+        self.reduce(team, ReduceOp::Min, dest, source, nreduce)
+    }
+
+    /// Maximum reduction (`shmem_TYPE_max_reduce`).
+    pub fn max_reduce<T: Reducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+        self.reduce(team, ReduceOp::Max, dest, source, nreduce)
+    }
+
+    /// Bitwise-and reduction (`shmem_TYPE_and_reduce`).
+    pub fn and_reduce<T: BitwiseReducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+        self.reduce(team, ReduceOp::And, dest, source, nreduce)
+    }
+
+    /// Bitwise-or reduction (`shmem_TYPE_or_reduce`).
+    pub fn or_reduce<T: BitwiseReducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+        self.reduce(team, ReduceOp::Or, dest, source, nreduce)
+    }
+
+    /// Bitwise-xor reduction (`shmem_TYPE_xor_reduce`).
+    pub fn xor_reduce<T: BitwiseReducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+        self.reduce(team, ReduceOp::Xor, dest, source, nreduce)
+    }
+
+    /// Prefix scan of `nelems` elements across `team` in team PE order:
+    /// PE i gets the combination of PEs 0..=i (inclusive) or 0..i
+    /// (exclusive; PE 0 gets `op`'s identity). `dest` may be `source`.
+    pub fn scan<T: Reducible>(
+        &self,
+        team: &Team,
+        op: ReduceOp,
+        kind: ScanKind,
+        dest: SymSlice<T>,
+        source: SymSlice<T>,
+        nelems: usize,
+    ) -> Result<()> {
+        let rt = &self.rt;
+        let local = (|| {
+            if op.is_bitwise() && !T::BITWISE {
+                return Err(bitwise_on_float(op));
+            }
+            check_sym(rt, "source", &source, nelems)?;
+            check_sym(rt, "dest", &dest, nelems)?;
+            check_disjoint(&dest, nelems, &source, nelems, true)
+        })();
+        let x = match &local {
+            Ok(()) => rt.read_local(source.slice(..nelems)?)?,
+            Err(_) => Vec::new(),
+        };
+        let algo = self.algorithms.scan(team.n_pes());
+        let desc = Desc::new("scan")
+            .with_type::<T>()
+            .with(op as u64)
+            .with(kind as u64)
+            .with(nelems as u64)
+            .with(algo as u64);
+        let describe = || format!("op {}, {kind:?}, {nelems} x {}", op.name(), std::any::type_name::<T>());
+        let mut call = self.begin(team, "scan", desc, local, &describe)?;
+        if nelems == 0 {
+            return Ok(());
+        }
+        let dest = dest.slice(..nelems)?;
+        match algo {
+            ScanAlgorithm::Linear => linear_scan(&mut call, op, kind, dest, x),
+            ScanAlgorithm::RecursiveDoubling => rd_scan(&mut call, op, kind, dest, x),
+        }
+    }
+
+    /// Inclusive sum scan.
+    pub fn sum_inscan<T: Reducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nelems: usize) -> Result<()> {
+        self.scan(team, ReduceOp::Sum, ScanKind::Inclusive, dest, source, nelems)
+    }
+
+    /// Exclusive sum scan (PE 0 gets zeros).
+    pub fn sum_exscan<T: Reducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nelems: usize) -> Result<()> {
+        self.scan(team, ReduceOp::Sum, ScanKind::Exclusive, dest, source, nelems)
+    }
+}
+
+/// PE i waits for PE i-1's inclusive prefix (put straight into its dest),
+/// combines and passes its own on.
+fn linear_scan<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, kind: ScanKind, dest: SymSlice<T>, x: Vec<T>) -> Result<()> {
+    let (me, n) = (call.me, call.n);
+    let rt = call.rt;
+    let (incl, excl) = if me == 0 {
+        let id = vec![T::identity(op); x.len()];
+        (x, id)
+    } else {
+        call.wait_data(me - 1, 1)?;
+        let prefix = rt.read_local(dest)?;
+        let mut incl = prefix.clone();
+        T::combine(op, &mut incl, &x)?;
+        (incl, prefix)
+    };
+    if me + 1 < n {
+        call.put_data(me + 1, dest, &incl)?;
+    }
+    match kind {
+        ScanKind::Inclusive => rt.write_local(dest, &incl),
+        ScanKind::Exclusive => rt.write_local(dest, &excl),
+    }
+}
+
+/// Hillis-Steele: in round k PE i sends its running prefix to PE i + 2^k.
+/// Round k has its own staging slot; chunks are separated by a sync because
+/// lower PEs never wait for higher ones and could otherwise run ahead.
+fn rd_scan<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, kind: ScanKind, dest: SymSlice<T>, x: Vec<T>) -> Result<()> {
+    let (me, n) = (call.me, call.n);
+    let rounds = crate::collectives::ceil_log2(n).max(1);
+    let slot_elems = call.coll.stage_bytes / rounds / std::mem::size_of::<T>();
+    if slot_elems == 0 {
+        return Err(Error::invalid("stage_bytes", "too small for a scan of this type"));
+    }
+    let stage = call.stage::<T>();
+    for (ci, chunk) in x.chunks(slot_elems).enumerate() {
+        if ci > 0 {
+            call.sync()?;
+        }
+        let len = chunk.len();
+        let mut incl = chunk.to_vec();
+        let mut excl: Option<Vec<T>> = None;
+        let mut dist = 1;
+        let mut k = 0;
+        while dist < n {
+            let at = k * slot_elems;
+            if me + dist < n {
+                call.put_data(me + dist, stage.slice(at..at + len)?, &incl)?;
+            }
+            if me >= dist {
+                call.wait_data(me - dist, 1)?;
+                let recv = staged::<T>(call, at, len)?;
+                let mut v = recv.clone();
+                T::combine(op, &mut v, &incl)?;
+                incl = v;
+                excl = Some(match excl {
+                    None => recv,
+                    Some(e) => {
+                        let mut v = recv;
+                        T::combine(op, &mut v, &e)?;
+                        v
+                    }
+                });
+            }
+            dist <<= 1;
+            k += 1;
+        }
+        let out = dest.slice(ci * slot_elems..ci * slot_elems + len)?;
+        match kind {
+            ScanKind::Inclusive => call.rt.write_local(out, &incl)?,
+            ScanKind::Exclusive => {
+                let e = excl.unwrap_or_else(|| vec![T::identity(op); len]);
+                call.rt.write_local(out, &e)?
+            }
+        }
+    }
+    Ok(())
+}

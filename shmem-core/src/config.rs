@@ -1,0 +1,349 @@
+//! Every `SHMEM_*` environment variable, declared once.
+//!
+//! The table below is the single source of truth: it produces the [`Config`]
+//! struct, its parser, and the `SHMEM_INFO=1` listing. A new variable is one
+//! new line in [`config_table!`].
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// A value type a configuration variable can hold.
+pub trait ConfigValue: Sized + Clone {
+    /// Human name of the type, shown by `SHMEM_INFO`.
+    const KIND: &'static str;
+    /// Parses the variable's text.
+    fn parse(text: &str) -> std::result::Result<Self, String>;
+    /// Formats the effective value.
+    fn show(&self) -> String;
+}
+
+/// A byte count written with an optional K, M, G or T suffix (powers of 1024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub usize);
+
+/// Parses `"64"`, `"4K"`, `"256M"`, `"1G"`, `"2GiB"`, `"1.5G"` into bytes.
+pub fn parse_size(text: &str) -> std::result::Result<usize, String> {
+    let t = text.trim();
+    let upper = t.to_ascii_uppercase();
+    let body = upper
+        .strip_suffix("IB")
+        .or_else(|| upper.strip_suffix('B'))
+        .unwrap_or(&upper);
+    let (num, mult) = match body.chars().last() {
+        Some('K') => (&body[..body.len() - 1], 1u64 << 10),
+        Some('M') => (&body[..body.len() - 1], 1u64 << 20),
+        Some('G') => (&body[..body.len() - 1], 1u64 << 30),
+        Some('T') => (&body[..body.len() - 1], 1u64 << 40),
+        _ => (body, 1u64),
+    };
+    let num = num.trim();
+    if num.is_empty() {
+        return Err(format!("{text:?} has no number (expected e.g. 64M or 1G)"));
+    }
+    let bytes = if let Ok(n) = num.parse::<u64>() {
+        n.checked_mul(mult)
+            .ok_or_else(|| format!("{text:?} overflows"))?
+    } else {
+        let f: f64 = num
+            .parse()
+            .map_err(|_| format!("{text:?} is not a size (expected e.g. 64M or 1G)"))?;
+        if !f.is_finite() || f < 0.0 {
+            return Err(format!("{text:?} is not a non-negative size"));
+        }
+        let b = f * mult as f64;
+        if b > u64::MAX as f64 {
+            return Err(format!("{text:?} overflows"));
+        }
+        b as u64
+    };
+    usize::try_from(bytes).map_err(|_| format!("{text:?} overflows"))
+}
+
+impl ConfigValue for ByteSize {
+    const KIND: &'static str = "size";
+    fn parse(text: &str) -> std::result::Result<Self, String> {
+        parse_size(text).map(ByteSize)
+    }
+    fn show(&self) -> String {
+        let b = self.0;
+        for (suffix, shift) in [("G", 30), ("M", 20), ("K", 10)] {
+            if b >= 1 << shift && b.is_multiple_of(1 << shift) {
+                return format!("{}{suffix}", b >> shift);
+            }
+        }
+        b.to_string()
+    }
+}
+
+impl ConfigValue for bool {
+    const KIND: &'static str = "bool";
+    fn parse(text: &str) -> std::result::Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "1" | "y" | "yes" | "true" | "on" => Ok(true),
+            "0" | "n" | "no" | "false" | "off" | "" => Ok(false),
+            other => Err(format!(
+                "{other:?} is not a boolean (use 1/0, yes/no, true/false)"
+            )),
+        }
+    }
+    fn show(&self) -> String {
+        if *self { "1" } else { "0" }.to_string()
+    }
+}
+
+impl ConfigValue for u64 {
+    const KIND: &'static str = "integer";
+    fn parse(text: &str) -> std::result::Result<Self, String> {
+        text.trim()
+            .parse()
+            .map_err(|_| format!("{text:?} is not a non-negative integer"))
+    }
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl ConfigValue for Duration {
+    const KIND: &'static str = "seconds";
+    fn parse(text: &str) -> std::result::Result<Self, String> {
+        let f: f64 = text
+            .trim()
+            .trim_end_matches('s')
+            .parse()
+            .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+        if !f.is_finite() || f < 0.0 {
+            return Err(format!("{text:?} is not a non-negative number of seconds"));
+        }
+        Ok(Duration::from_secs_f64(f))
+    }
+    fn show(&self) -> String {
+        format!("{}", self.as_secs_f64())
+    }
+}
+
+impl ConfigValue for String {
+    const KIND: &'static str = "string";
+    fn parse(text: &str) -> std::result::Result<Self, String> {
+        Ok(text.to_string())
+    }
+    fn show(&self) -> String {
+        self.clone()
+    }
+}
+
+macro_rules! config_table {
+    ($( $(#[$doc:meta])* $field:ident : $ty:ty = $name:literal, $default:literal, $help:literal; )*) => {
+        /// Effective configuration, read from the environment once at init.
+        #[derive(Debug, Clone)]
+        pub struct Config {
+            $( $(#[$doc])* pub $field: $ty, )*
+        }
+
+        /// One row of the variable table.
+        #[derive(Debug, Clone, Copy)]
+        pub struct VarSpec {
+            /// Environment variable name.
+            pub name: &'static str,
+            /// Value type.
+            pub kind: &'static str,
+            /// Default, as text (empty means unset).
+            pub default: &'static str,
+            /// What it does.
+            pub help: &'static str,
+        }
+
+        /// Every `SHMEM_*` variable the library reads.
+        pub const VARIABLES: &[VarSpec] = &[
+            $( VarSpec { name: $name, kind: <$ty as ConfigValue>::KIND, default: $default, help: $help }, )*
+        ];
+
+        impl Config {
+            /// Reads the configuration through `lookup` (the environment in
+            /// [`Config::from_env`]); unset variables take their default.
+            pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
+                Ok(Config {
+                    $( $field: {
+                        let text = lookup($name);
+                        let src = text.as_deref().unwrap_or($default);
+                        <$ty as ConfigValue>::parse(src).map_err(|reason| Error::Config {
+                            name: $name,
+                            value: src.to_string(),
+                            reason,
+                        })?
+                    }, )*
+                })
+            }
+
+            /// `(name, effective value, help)` for every variable.
+            pub fn effective(&self) -> Vec<(&'static str, String, &'static str)> {
+                vec![ $( ($name, ConfigValue::show(&self.$field), $help), )* ]
+            }
+        }
+    };
+}
+
+config_table! {
+    /// Bytes of symmetric heap per PE.
+    symmetric_size: ByteSize = "SHMEM_SYMMETRIC_SIZE", "256M",
+        "Symmetric heap size per PE (K/M/G suffixes); init's mem_size overrides it";
+    /// Forced engine for every peer, empty for automatic routing.
+    test_engine: String = "SHMEM_TEST_ENGINE", "",
+        "Force one transport for every peer: HCCS, SDMA or ROCE (case-insensitive); empty routes automatically";
+    /// Print the variable table at init.
+    info: bool = "SHMEM_INFO", "0",
+        "Print this table with effective values at init (rank 0)";
+    /// Log level.
+    log_level: String = "SHMEM_LOG_LEVEL", "",
+        "Log level on stderr: error, warn, info, debug, trace (falls back to RUST_LOG, then warn)";
+    /// Timeout for joining the job.
+    init_timeout: Duration = "SHMEM_INIT_TIMEOUT", "120",
+        "Seconds init waits for the config store and for all PEs to join";
+    /// Timeout of each bootstrap call after init.
+    bootstrap_timeout: Duration = "SHMEM_BOOTSTRAP_TIMEOUT", "600",
+        "Seconds any later bootstrap call (allocation, finalize) waits for the other PEs";
+    /// Address the UniqueId store binds to.
+    bootstrap_addr: String = "SHMEM_BOOTSTRAP_ADDR", "",
+        "IP address rank 0's config store binds to for UniqueId init (default: this host's first non-loopback IPv4, else 127.0.0.1)";
+    /// Port for the store in torchrun mode.
+    bootstrap_port: String = "SHMEM_BOOTSTRAP_PORT", "",
+        "Port of the config store when started by torchrun (default MASTER_PORT+1, leaving MASTER_PORT to torch)";
+    /// Spin time before blocking.
+    spin_us: String = "SHMEM_SPIN_US", "auto",
+        "Microseconds a wait spins before blocking on a futex (auto: 50 when PEs <= cores, else 2)";
+    /// Whole-wait timeout.
+    wait_timeout: Duration = "SHMEM_WAIT_TIMEOUT", "0",
+        "Seconds after which a wait_until/signal_wait fails with a timeout (0 = wait forever, still failing when a PE dies)";
+    /// Rank set by a launcher.
+    rank: String = "SHMEM_RANK", "",
+        "This PE's rank (set by shmemrun; RANK, SLURM_PROCID are also read)";
+    /// Job size set by a launcher.
+    nranks: String = "SHMEM_NRANKS", "",
+        "Number of PEs (set by shmemrun; WORLD_SIZE is also read)";
+    /// Store address set by a launcher.
+    store_addr: String = "SHMEM_STORE_ADDR", "",
+        "host:port of the config store (set by shmemrun)";
+    /// Store hosted outside the PEs.
+    store_external: bool = "SHMEM_STORE_EXTERNAL", "0",
+        "1 when the launcher hosts the config store, so rank 0 does not bind it (set by shmemrun)";
+    /// Job secret.
+    job_secret: String = "SHMEM_JOB_SECRET", "",
+        "Hex job secret every PE proves to the config store (set by shmemrun; needed for attribute init across untrusted networks)";
+    /// Barrier algorithm (also the entry handshake of every collective).
+    barrier_algorithm: String = "SHMEM_BARRIER_ALGORITHM", "auto",
+        "Barrier/sync algorithm: auto, dissemination or linear (also used by every collective to agree on its arguments)";
+    /// Broadcast algorithm.
+    broadcast_algorithm: String = "SHMEM_BROADCAST_ALGORITHM", "auto",
+        "Broadcast algorithm: auto, direct or binomial";
+    /// Fcollect (allgather) algorithm.
+    fcollect_algorithm: String = "SHMEM_FCOLLECT_ALGORITHM", "auto",
+        "Fcollect (allgather) algorithm: auto, direct or ring";
+    /// Collect (variable-size allgather) algorithm.
+    collect_algorithm: String = "SHMEM_COLLECT_ALGORITHM", "auto",
+        "Collect (allgather of per-PE sizes) algorithm: auto, direct or ring";
+    /// Alltoall algorithm.
+    alltoall_algorithm: String = "SHMEM_ALLTOALL_ALGORITHM", "auto",
+        "Alltoall/alltoalls algorithm: auto, direct (put with signal to every PE) or pairwise";
+    /// Reduction algorithm.
+    reduce_algorithm: String = "SHMEM_REDUCE_ALGORITHM", "auto",
+        "Reduction algorithm: auto, recursive_doubling or ring (reduce-scatter + allgather)";
+    /// Scan algorithm.
+    scan_algorithm: String = "SHMEM_SCAN_ALGORITHM", "auto",
+        "Prefix-scan algorithm: auto, linear or recursive_doubling";
+    /// Copy-engine threads.
+    sdma_engines: u64 = "SHMEM_SDMA_ENGINES", "0",
+        "Copy-engine threads of the SDMA transport (0: half the cores, at least 1, at most 8)";
+    /// Size from which non-blocking copies go to the copy engine.
+    sdma_threshold: ByteSize = "SHMEM_SDMA_THRESHOLD", "64K",
+        "Non-blocking copies of at least this size (and all stream copies) go through the SDMA engine when it is linked";
+    /// Store ports for instances above 0.
+    instance_port_range: String = "SHMEM_INSTANCE_PORT_RANGE", "",
+        "start:end ports for the config stores of instances 1.. started from a launcher (instance k uses start+k-1)";
+}
+
+impl Config {
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Result<Config> {
+        Config::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The `SHMEM_INFO` listing: one line per variable with its effective value.
+    pub fn info_table(&self) -> String {
+        let mut out = String::from("shmem configuration (effective values):\n");
+        for (name, value, help) in self.effective() {
+            let shown = if name == "SHMEM_JOB_SECRET" && !value.is_empty() {
+                "<set>".to_string()
+            } else {
+                value
+            };
+            let _ = writeln!(out, "  {name:<24} = {shown:<12} {help}");
+        }
+        out
+    }
+
+    /// Spin time before a wait blocks, given the number of PEs on this node.
+    pub fn spin_duration(&self, local_pes: usize) -> Result<Duration> {
+        if self.spin_us.trim().eq_ignore_ascii_case("auto") || self.spin_us.trim().is_empty() {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let us = if local_pes <= cores { 50 } else { 2 };
+            return Ok(Duration::from_micros(us));
+        }
+        let us = <u64 as ConfigValue>::parse(&self.spin_us).map_err(|reason| Error::Config {
+            name: "SHMEM_SPIN_US",
+            value: self.spin_us.clone(),
+            reason,
+        })?;
+        Ok(Duration::from_micros(us))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(parse_size("64").unwrap(), 64);
+        assert_eq!(parse_size("4K").unwrap(), 4096);
+        assert_eq!(parse_size("4k").unwrap(), 4096);
+        assert_eq!(parse_size("256M").unwrap(), 256 << 20);
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_size("1.5K").unwrap(), 1536);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("-1M").is_err());
+        assert!(parse_size("99999999999999999999T").is_err());
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = Config::from_lookup(|_| None).unwrap();
+        assert_eq!(c.symmetric_size, ByteSize(256 << 20));
+        assert_eq!(c.init_timeout, Duration::from_secs(120));
+        assert!(!c.info);
+        let c =
+            Config::from_lookup(|n| (n == "SHMEM_SYMMETRIC_SIZE").then(|| "1G".into())).unwrap();
+        assert_eq!(c.symmetric_size.0, 1 << 30);
+    }
+
+    #[test]
+    fn bad_value_names_the_variable() {
+        let err = Config::from_lookup(|n| (n == "SHMEM_SYMMETRIC_SIZE").then(|| "huge".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("SHMEM_SYMMETRIC_SIZE"), "{err}");
+        assert!(err.contains("huge"), "{err}");
+    }
+
+    #[test]
+    fn info_lists_every_variable() {
+        let c = Config::from_lookup(|_| None).unwrap();
+        let table = c.info_table();
+        for v in VARIABLES {
+            assert!(table.contains(v.name), "{} missing", v.name);
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! Streams: ordered queues of communication executed asynchronously.
+//!
+//! Operations enqueued on one [`Stream`] run in order on the stream's own
+//! worker thread; different streams run concurrently. Copies go through the
+//! runtime's bulk engine (the SDMA copy engine when it is linked), so the
+//! enqueuing thread is free meanwhile. [`Stream::synchronize`] is what makes
+//! completion observable; an error inside the stream surfaces there, naming
+//! the operation that failed, the operations queued behind it up to that
+//! point are skipped, and the stream stays usable afterwards. [`Event`]s
+//! mark points in a stream that the host or another stream can wait for.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::runtime::{as_bytes, Runtime};
+use crate::sym::{Element, SymRef, SymSlice};
+use crate::transport::{Cmp, SignalOp};
+use crate::PeId;
+
+type Work = Box<dyn FnOnce(&Runtime) -> Result<()> + Send>;
+
+struct Job {
+    desc: String,
+    seq: u64,
+    work: Work,
+}
+
+#[derive(Default)]
+struct State {
+    enqueued: u64,
+    executed: u64,
+    failed: Option<(u64, String, String)>,
+}
+
+struct Inner {
+    id: u64,
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    state: Mutex<State>,
+    cv: Condvar,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// An ordered queue of operations on one runtime. Cheap to clone; the
+/// worker exits once every clone is dropped and the queue is drained.
+#[derive(Clone)]
+pub struct Stream {
+    inner: Arc<Inner>,
+    rt: Arc<Runtime>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.lock();
+        f.debug_struct("Stream")
+            .field("id", &self.inner.id)
+            .field("enqueued", &st.enqueued)
+            .field("executed", &st.executed)
+            .finish()
+    }
+}
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Stream {
+    /// Creates a stream with its own worker thread.
+    pub fn new(rt: Arc<Runtime>) -> Result<Stream> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let inner = Arc::new(Inner {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            tx: Mutex::new(Some(tx)),
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+            worker: Mutex::new(None),
+        });
+        let (i2, rt2) = (Arc::downgrade(&inner), rt.clone());
+        let handle = std::thread::Builder::new()
+            .name(format!("shmem-stream-{}", inner.id))
+            .spawn(move || {
+                for job in rx {
+                    let Some(inner) = i2.upgrade() else { return };
+                    let skip = inner.lock().failed.is_some();
+                    let result = if skip { Ok(()) } else { (job.work)(&rt2) };
+                    let mut st = inner.lock();
+                    if let Err(e) = result {
+                        st.failed = Some((job.seq, job.desc, e.to_string()));
+                    }
+                    st.executed = job.seq;
+                    inner.cv.notify_all();
+                }
+            })
+            .map_err(|e| Error::os("spawning a stream worker", e))?;
+        *inner.worker.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        Ok(Stream { inner, rt })
+    }
+
+    /// Enqueues an arbitrary operation; `desc` names it in errors.
+    pub fn enqueue(
+        &self,
+        desc: impl Into<String>,
+        work: impl FnOnce(&Runtime) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        let tx = self.inner.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = tx.as_ref().ok_or(Error::NotInitialized)?;
+        let mut st = self.inner.lock();
+        st.enqueued += 1;
+        let job = Job {
+            desc: desc.into(),
+            seq: st.enqueued,
+            work: Box::new(work),
+        };
+        tx.send(job)
+            .map_err(|_| Error::invalid("stream", "the stream worker has stopped"))
+    }
+
+    /// Blocks until every operation enqueued so far has run. Returns the
+    /// first error since the last synchronize, naming the operation.
+    pub fn synchronize(&self) -> Result<()> {
+        let target = self.inner.lock().enqueued;
+        let mut st = self.inner.lock();
+        while st.executed < target {
+            self.rt.bootstrap().check_peers()?;
+            st = self
+                .inner
+                .cv
+                .wait_timeout(st, Duration::from_millis(50))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        match st.failed.take() {
+            None => Ok(()),
+            Some((seq, op, reason)) => Err(Error::StreamOp { seq, op, reason }),
+        }
+    }
+
+    /// Whether every enqueued operation has run.
+    pub fn query(&self) -> bool {
+        let st = self.inner.lock();
+        st.executed == st.enqueued
+    }
+
+    fn check_local<T: Element>(&self, s: &SymSlice<T>) -> Result<()> {
+        if s.instance() != self.rt.instance() {
+            return Err(Error::WrongInstance {
+                object: s.instance(),
+                runtime: self.rt.instance(),
+            });
+        }
+        self.rt.check_range(s.offset(), s.byte_len())
+    }
+
+    /// Puts this PE's `src` (symmetric) into `dst` on `pe`.
+    pub fn put<T: Element>(
+        &self,
+        dst: impl Into<SymSlice<T>>,
+        src: impl Into<SymSlice<T>>,
+        pe: PeId,
+    ) -> Result<()> {
+        let (dst, src) = (dst.into(), src.into());
+        self.check_local(&dst)?;
+        self.check_local(&src)?;
+        fits(src.len(), dst.len())?;
+        self.enqueue(
+            format!("put of {} bytes to PE {pe}", src.byte_len()),
+            move |rt| {
+                let p = rt.local_ptr(src.offset())?;
+                // SAFETY: symmetric memory lives as long as the runtime the worker holds.
+                unsafe { rt.put_async_raw(pe, dst.offset(), p.as_ptr(), src.byte_len())? }.wait()
+            },
+        )
+    }
+
+    /// Puts an owned buffer into `dst` on `pe`.
+    pub fn put_owned<T: Element>(
+        &self,
+        dst: impl Into<SymSlice<T>>,
+        src: Vec<T>,
+        pe: PeId,
+    ) -> Result<()> {
+        let dst = dst.into();
+        self.check_local(&dst)?;
+        fits(src.len(), dst.len())?;
+        self.enqueue(
+            format!(
+                "put of {} bytes to PE {pe}",
+                std::mem::size_of_val(&src[..])
+            ),
+            move |rt| {
+                let b = as_bytes(&src);
+                // SAFETY: `src` is owned by this closure until the wait returns.
+                unsafe { rt.put_async_raw(pe, dst.offset(), b.as_ptr(), b.len())? }.wait()
+            },
+        )
+    }
+
+    /// Gets `src` from `pe` into this PE's `dst` (symmetric).
+    pub fn get<T: Element>(
+        &self,
+        dst: impl Into<SymSlice<T>>,
+        src: impl Into<SymSlice<T>>,
+        pe: PeId,
+    ) -> Result<()> {
+        let (dst, src) = (dst.into(), src.into());
+        self.check_local(&dst)?;
+        self.check_local(&src)?;
+        fits(dst.len(), src.len())?;
+        self.enqueue(
+            format!("get of {} bytes from PE {pe}", dst.byte_len()),
+            move |rt| {
+                let p = rt.local_ptr(dst.offset())?;
+                // SAFETY: as for `put`.
+                unsafe { rt.get_async_raw(pe, src.offset(), p.as_ptr(), dst.byte_len())? }.wait()
+            },
+        )
+    }
+
+    /// Puts `src` into `dst` on `pe`, then updates `sig` on `pe`.
+    pub fn put_signal<T: Element>(
+        &self,
+        dst: impl Into<SymSlice<T>>,
+        src: impl Into<SymSlice<T>>,
+        sig: SymRef<u64>,
+        value: u64,
+        op: SignalOp,
+        pe: PeId,
+    ) -> Result<()> {
+        let (dst, src) = (dst.into(), src.into());
+        self.check_local(&dst)?;
+        self.check_local(&src)?;
+        fits(src.len(), dst.len())?;
+        self.enqueue(
+            format!("put_signal of {} bytes to PE {pe}", src.byte_len()),
+            move |rt| {
+                let p = rt.local_ptr(src.offset())?;
+                // SAFETY: as for `put`.
+                unsafe { rt.put_async_raw(pe, dst.offset(), p.as_ptr(), src.byte_len())? }
+                    .wait()?;
+                rt.signal_op(sig, value, op, pe)
+            },
+        )
+    }
+
+    /// Updates `sig` on `pe`.
+    pub fn signal_op(&self, sig: SymRef<u64>, value: u64, op: SignalOp, pe: PeId) -> Result<()> {
+        self.enqueue(format!("signal_op on PE {pe}"), move |rt| {
+            rt.signal_op(sig, value, op, pe)
+        })
+    }
+
+    /// Waits (in the stream) until this PE's `sig <cmp> value`.
+    pub fn signal_wait_until(&self, sig: SymRef<u64>, cmp: Cmp, value: u64) -> Result<()> {
+        self.enqueue(format!("signal_wait_until {cmp:?} {value}"), move |rt| {
+            rt.signal_wait_until(sig, cmp, value).map(|_| ())
+        })
+    }
+
+    /// Completes this PE's outstanding operations (in stream order).
+    pub fn quiet(&self) -> Result<()> {
+        self.enqueue("quiet", |rt| rt.quiet())
+    }
+
+    /// Runs `f` on the stream's thread, in order.
+    pub fn host_fn(&self, f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+        self.enqueue("host callback", move |_| f())
+    }
+
+    /// Marks this point of the stream in `event`.
+    pub fn record(&self, event: &Event) -> Result<()> {
+        let generation = event.arm();
+        let ev = event.clone();
+        self.enqueue("event record", move |_| {
+            ev.complete(generation);
+            Ok(())
+        })
+    }
+
+    /// Makes this stream wait until `event`'s latest recording has been reached.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        let generation = event.armed();
+        let ev = event.clone();
+        self.enqueue("wait for event", move |rt| {
+            ev.wait_for(generation, Some(rt))
+        })
+    }
+}
+
+fn fits(n: usize, capacity: usize) -> Result<()> {
+    if n > capacity {
+        return Err(Error::invalid(
+            "nelems",
+            format!("{n} elements do not fit a symmetric object of {capacity} elements"),
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct EventState {
+    armed: u64,
+    completed: u64,
+}
+
+/// A point in a stream that the host or other streams can wait for.
+#[derive(Clone, Default)]
+pub struct Event {
+    inner: Arc<(Mutex<EventState>, Condvar)>,
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Event")
+            .field("done", &self.query())
+            .finish()
+    }
+}
+
+impl Event {
+    /// A new event (already "reached": nothing recorded yet).
+    pub fn new() -> Event {
+        Event::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, EventState> {
+        self.inner.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn arm(&self) -> u64 {
+        let mut st = self.lock();
+        st.armed += 1;
+        st.armed
+    }
+
+    fn armed(&self) -> u64 {
+        self.lock().armed
+    }
+
+    fn complete(&self, generation: u64) {
+        let mut st = self.lock();
+        st.completed = st.completed.max(generation);
+        self.inner.1.notify_all();
+    }
+
+    fn wait_for(&self, generation: u64, rt: Option<&Runtime>) -> Result<()> {
+        let mut st = self.lock();
+        while st.completed < generation {
+            if let Some(rt) = rt {
+                rt.bootstrap().check_peers()?;
+            }
+            st = self
+                .inner
+                .1
+                .wait_timeout(st, Duration::from_millis(50))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        Ok(())
+    }
+
+    /// Whether the latest recording has been reached.
+    pub fn query(&self) -> bool {
+        let st = self.lock();
+        st.completed >= st.armed
+    }
+
+    /// Blocks the host until the latest recording has been reached.
+    pub fn synchronize(&self) -> Result<()> {
+        self.wait_for(self.armed(), None)
+    }
+}

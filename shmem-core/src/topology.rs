@@ -1,0 +1,99 @@
+//! Which PEs share a node, learned with one bootstrap allgather at init.
+
+use crate::bootstrap::Bootstrap;
+use crate::error::{Error, Result};
+use crate::PeId;
+
+/// Node membership of every PE of the job.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    /// Node index of each PE (nodes numbered by first appearance).
+    pub node_of: Vec<usize>,
+    /// Process id of each PE.
+    pub pid_of: Vec<u32>,
+    /// User id of each PE.
+    pub uid_of: Vec<u32>,
+    /// This PE.
+    pub my_pe: PeId,
+}
+
+/// Identity of this node: host name, boot id and network namespace, so that
+/// PEs in different network namespaces count as different nodes.
+pub fn node_key() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    format!("{}|{}|{}", host.trim(), boot.trim(), netns)
+}
+
+impl Topology {
+    /// Exchanges node identities over the bootstrap (collective).
+    pub fn discover(bootstrap: &dyn Bootstrap) -> Result<Topology> {
+        let key = node_key();
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let mut msg = Vec::with_capacity(key.len() + 8);
+        msg.extend_from_slice(&std::process::id().to_le_bytes());
+        msg.extend_from_slice(&uid.to_le_bytes());
+        msg.extend_from_slice(key.as_bytes());
+        let all = bootstrap.allgather(&msg)?;
+        let mut keys: Vec<String> = Vec::new();
+        let mut node_of = Vec::with_capacity(all.len());
+        let mut pid_of = Vec::with_capacity(all.len());
+        let mut uid_of = Vec::with_capacity(all.len());
+        for (pe, m) in all.iter().enumerate() {
+            if m.len() < 8 {
+                return Err(Error::Bootstrap(format!(
+                    "PE {pe} sent a {}-byte node record",
+                    m.len()
+                )));
+            }
+            pid_of.push(u32::from_le_bytes([m[0], m[1], m[2], m[3]]));
+            uid_of.push(u32::from_le_bytes([m[4], m[5], m[6], m[7]]));
+            let k = String::from_utf8_lossy(&m[8..]).into_owned();
+            let idx = match keys.iter().position(|x| *x == k) {
+                Some(i) => i,
+                None => {
+                    keys.push(k);
+                    keys.len() - 1
+                }
+            };
+            node_of.push(idx);
+        }
+        Ok(Topology {
+            node_of,
+            pid_of,
+            uid_of,
+            my_pe: bootstrap.rank(),
+        })
+    }
+
+    /// A topology where every PE is on this node (for tests).
+    pub fn single_node(n: usize, my_pe: PeId) -> Topology {
+        Topology {
+            node_of: vec![0; n],
+            pid_of: vec![0; n],
+            uid_of: vec![0; n],
+            my_pe,
+        }
+    }
+
+    /// Whether `pe` runs on this PE's node.
+    pub fn same_node(&self, pe: PeId) -> bool {
+        self.node_of.get(pe) == self.node_of.get(self.my_pe)
+    }
+
+    /// PEs on this PE's node, ascending.
+    pub fn local_pes(&self) -> Vec<PeId> {
+        (0..self.node_of.len())
+            .filter(|&p| self.same_node(p))
+            .collect()
+    }
+
+    /// Number of distinct nodes.
+    pub fn n_nodes(&self) -> usize {
+        self.node_of.iter().max().map_or(0, |m| m + 1)
+    }
+}

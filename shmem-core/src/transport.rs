@@ -1,0 +1,328 @@
+//! The data-plane contract ([`Transport`]) and the link-time registry of engines.
+//!
+//! A transport moves bytes between symmetric heaps. Addresses cross this
+//! boundary as (PE, offset into the symmetric heap), never as raw peer
+//! pointers; the runtime has already checked PE and bounds. The contract is
+//! untyped (bytes, an op enum, a width), typed APIs are built on top.
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::bootstrap::Bootstrap;
+use crate::completion::Completion;
+use crate::config::Config;
+use crate::error::Result;
+use crate::heap::Heap;
+use crate::topology::Topology;
+use crate::PeId;
+
+/// What a transport can do, as bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capabilities(pub u32);
+
+impl Capabilities {
+    /// put / get.
+    pub const RMA: Capabilities = Capabilities(1);
+    /// Remote atomics.
+    pub const AMO: Capabilities = Capabilities(2);
+    /// Signal updates (put_signal, signal_op).
+    pub const SIGNAL: Capabilities = Capabilities(4);
+    /// A load/store pointer to peer memory ([`Transport::peer_ptr`]).
+    pub const DIRECT_POINTER: Capabilities = Capabilities(8);
+    /// Non-blocking operations complete asynchronously (need `quiet`).
+    pub const ASYNC: Capabilities = Capabilities(16);
+    /// Can reach a peer's memory outside the symmetric heap by address.
+    pub const EXTERNAL_MEMORY: Capabilities = Capabilities(32);
+
+    /// Whether every bit of `other` is set.
+    pub fn contains(self, other: Capabilities) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Capabilities {
+    type Output = Capabilities;
+    fn bitor(self, rhs: Capabilities) -> Capabilities {
+        Capabilities(self.0 | rhs.0)
+    }
+}
+
+/// Width of an atomic operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmoWidth {
+    /// 32-bit.
+    W32,
+    /// 64-bit.
+    W64,
+}
+
+impl AmoWidth {
+    /// Bytes.
+    pub fn bytes(self) -> usize {
+        match self {
+            AmoWidth::W32 => 4,
+            AmoWidth::W64 => 8,
+        }
+    }
+}
+
+/// An atomic memory operation. Operands travel as `u64` bit patterns
+/// (zero-extended for 32-bit); every op returns the previous value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmoOp {
+    /// Read the value.
+    Fetch,
+    /// Store `value`.
+    Set(u64),
+    /// Store `value`, return the old one.
+    Swap(u64),
+    /// Store `value` if the current value equals `cond`.
+    CompareSwap {
+        /// Expected value.
+        cond: u64,
+        /// New value.
+        value: u64,
+    },
+    /// Wrapping add.
+    Add(u64),
+    /// Bitwise and.
+    And(u64),
+    /// Bitwise or.
+    Or(u64),
+    /// Bitwise xor.
+    Xor(u64),
+}
+
+/// How a signal word is updated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalOp {
+    /// `signal = value`.
+    Set,
+    /// `signal += value`.
+    Add,
+}
+
+/// Comparison used by waits and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+}
+
+impl Cmp {
+    /// Evaluates `lhs <cmp> rhs`.
+    pub fn eval<T: PartialOrd>(self, lhs: T, rhs: T) -> bool {
+        match self {
+            Cmp::Eq => lhs == rhs,
+            Cmp::Ne => lhs != rhs,
+            Cmp::Gt => lhs > rhs,
+            Cmp::Ge => lhs >= rhs,
+            Cmp::Lt => lhs < rhs,
+            Cmp::Le => lhs <= rhs,
+        }
+    }
+}
+
+/// One engine moving data between symmetric heaps.
+///
+/// Offsets are already bounds-checked by the runtime; alignment of atomics is
+/// checked too. After any operation that changes a peer's memory, the
+/// transport must make sure that peer's blocked waiters are woken (see
+/// [`crate::wait::ring`]).
+pub trait Transport: Send + Sync + fmt::Debug {
+    /// Engine name, upper case (`"HCCS"`).
+    fn name(&self) -> &'static str;
+    /// What this engine supports.
+    fn capabilities(&self) -> Capabilities;
+    /// Whether this engine can reach `pe`.
+    fn can_reach(&self, pe: PeId) -> bool;
+    /// A load/store pointer to `offset` in `pe`'s heap, if the engine maps it.
+    fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
+        let _ = (pe, offset);
+        None
+    }
+    /// Copies `len` bytes from local `src` to `pe`'s heap at `dst`; returns
+    /// when `src` may be reused.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes.
+    unsafe fn put(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()>;
+    /// Copies `len` bytes from `pe`'s heap at `src` into local `dst`; returns
+    /// when the data has arrived.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes.
+    unsafe fn get(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()>;
+    /// Starts a put; completion (and reuse of `src`) only after [`Transport::quiet`].
+    ///
+    /// # Safety
+    /// `src` must stay valid for reads of `len` bytes until `quiet` returns.
+    unsafe fn put_nbi(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded contract; a blocking put is a valid non-blocking one.
+        unsafe { self.put(pe, dst, src, len) }
+    }
+    /// Starts a get; `dst` is valid only after [`Transport::quiet`].
+    ///
+    /// # Safety
+    /// `dst` must stay valid for writes of `len` bytes until `quiet` returns.
+    unsafe fn get_nbi(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.get(pe, src, dst, len) }
+    }
+    /// Starts a put and returns its completion; `src` must stay valid until
+    /// it completes. Engines without asynchronous completion copy at once.
+    ///
+    /// # Safety
+    /// `src` must stay valid for reads of `len` bytes until the completion is done.
+    unsafe fn put_async(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Completion> {
+        // SAFETY: forwarded contract.
+        unsafe { self.put(pe, dst, src, len)? };
+        Ok(Completion::done())
+    }
+    /// Starts a get and returns its completion.
+    ///
+    /// # Safety
+    /// `dst` must stay valid for writes of `len` bytes until the completion is done.
+    unsafe fn get_async(
+        &self,
+        pe: PeId,
+        src: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<Completion> {
+        // SAFETY: forwarded contract.
+        unsafe { self.get(pe, src, dst, len)? };
+        Ok(Completion::done())
+    }
+    /// Copies into `pe`'s process memory at virtual address `addr`, outside
+    /// the symmetric heap (a peer's static data). Needs [`Capabilities::EXTERNAL_MEMORY`].
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes.
+    unsafe fn put_to_address(
+        &self,
+        pe: PeId,
+        addr: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        let _ = (pe, addr, src, len);
+        Err(crate::Error::Unsupported(format!(
+            "engine {} cannot reach memory outside the symmetric heap",
+            self.name()
+        )))
+    }
+    /// Copies from `pe`'s process memory at virtual address `addr`.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes.
+    unsafe fn get_from_address(
+        &self,
+        pe: PeId,
+        addr: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<()> {
+        let _ = (pe, addr, dst, len);
+        Err(crate::Error::Unsupported(format!(
+            "engine {} cannot reach memory outside the symmetric heap",
+            self.name()
+        )))
+    }
+    /// Performs `op` on the `width`-wide word at `offset` of `pe`; returns
+    /// the previous value.
+    fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64>;
+    /// Updates the 64-bit signal word at `sig` of `pe`.
+    fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()>;
+    /// Puts data, then updates the signal; the signal is visible only after
+    /// the data. With `nbi`, `src` must stay valid until `quiet`.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes (until `quiet` if `nbi`).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn put_signal(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        sig: usize,
+        op: SignalOp,
+        value: u64,
+        nbi: bool,
+    ) -> Result<()> {
+        let _ = nbi;
+        // SAFETY: forwarded contract.
+        unsafe { self.put(pe, dst, src, len)? };
+        self.fence()?;
+        self.signal(pe, sig, op, value)
+    }
+    /// Orders earlier puts/AMOs to each PE before later ones to the same PE.
+    fn fence(&self) -> Result<()>;
+    /// Completes every outstanding operation this PE issued on this engine.
+    fn quiet(&self) -> Result<()>;
+}
+
+/// What a transport constructor gets: the job as seen from this PE.
+///
+/// Construction is collective: every PE constructs every linked engine in
+/// the same order, so constructors may use the bootstrap.
+pub struct TransportInit<'a> {
+    /// Control plane.
+    pub bootstrap: &'a dyn Bootstrap,
+    /// This PE's heap.
+    pub heap: &'a Arc<dyn Heap>,
+    /// Which PEs share a node.
+    pub topology: &'a Topology,
+    /// Effective configuration.
+    pub config: &'a Config,
+}
+
+/// A linked transport, submitted with `inventory::submit!` by its crate.
+pub struct TransportRegistration {
+    /// Engine name as `SHMEM_TEST_ENGINE` spells it (upper case).
+    pub name: &'static str,
+    /// Higher wins when several engines reach a peer.
+    pub priority: u32,
+    /// Builds the engine (collective, see [`TransportInit`]).
+    pub create: fn(&TransportInit<'_>) -> Result<Arc<dyn Transport>>,
+}
+
+inventory::collect!(TransportRegistration);
+
+/// Linked engines, highest priority first (ties by name, so the order is
+/// the same in every process of a job).
+pub fn registered() -> Vec<&'static TransportRegistration> {
+    let mut v: Vec<_> = inventory::iter::<TransportRegistration>
+        .into_iter()
+        .collect();
+    v.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(b.name)));
+    v
+}
+
+/// Names of the linked engines, for error messages.
+pub fn registered_names() -> String {
+    let names: Vec<_> = registered().iter().map(|r| r.name).collect();
+    if names.is_empty() {
+        "none (enable a transport feature of the `shmem` crate)".to_string()
+    } else {
+        names.join(", ")
+    }
+}

@@ -1,0 +1,546 @@
+//! `shmemrun`: start the N PEs of a job on this machine.
+//!
+//! The launcher hosts the job's config store itself, so a PE (rank 0
+//! included) that dies is reported to the others at once. Each PE gets the
+//! `SHMEM_*` variables that `shmem::init()` reads plus torchrun's `RANK`,
+//! `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`,
+//! `MASTER_PORT`. When a PE fails, the others are terminated and the job's
+//! outcome names the PE and how it ended. Ctrl-C is forwarded.
+//!
+//! The same logic serves examples that start themselves with `--pes N`
+//! ([`launch_self_if_requested`]).
+//!
+//! ```no_run
+//! use shmem_launch::{launch, LaunchOptions};
+//! let opts = LaunchOptions::new(4, "./my_program");
+//! let report = launch(&opts).unwrap();
+//! assert!(report.success());
+//! ```
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use shmem_bootstrap::{env, ids, StoreServer};
+use shmem_core::{Error, PeId, Result};
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct LaunchOptions {
+    /// Number of PEs.
+    pub n_pes: usize,
+    /// Program to run.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// `SHMEM_TEST_ENGINE` for every PE.
+    pub engine: Option<String>,
+    /// Prefix every output line with `[PE i]`.
+    pub tag_output: bool,
+    /// Extra environment for every PE.
+    pub env: Vec<(String, String)>,
+    /// How long PEs get to exit after SIGTERM before SIGKILL.
+    pub kill_grace: Duration,
+    /// Stop the whole job after this long (a hang becomes a failure).
+    pub timeout: Option<Duration>,
+}
+
+impl LaunchOptions {
+    /// `n_pes` copies of `program` with no arguments.
+    pub fn new(n_pes: usize, program: impl Into<OsString>) -> LaunchOptions {
+        LaunchOptions {
+            n_pes,
+            program: program.into(),
+            args: Vec::new(),
+            engine: None,
+            tag_output: false,
+            env: Vec::new(),
+            kill_grace: Duration::from_secs(2),
+            timeout: None,
+        }
+    }
+}
+
+/// How one PE ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeEnd {
+    /// Exited with this code.
+    Exited(i32),
+    /// Killed by this signal.
+    Signaled(i32),
+}
+
+impl PeEnd {
+    fn from_status(s: ExitStatus) -> PeEnd {
+        match (s.code(), s.signal()) {
+            (Some(c), _) => PeEnd::Exited(c),
+            (None, Some(sig)) => PeEnd::Signaled(sig),
+            _ => PeEnd::Exited(-1),
+        }
+    }
+
+    /// Whether this is a clean exit (code 0).
+    pub fn ok(self) -> bool {
+        self == PeEnd::Exited(0)
+    }
+
+    /// A shell-style exit code for it (128 + signal for signals).
+    pub fn code(self) -> i32 {
+        match self {
+            PeEnd::Exited(c) => c,
+            PeEnd::Signaled(s) => 128 + s,
+        }
+    }
+}
+
+impl std::fmt::Display for PeEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeEnd::Exited(c) => write!(f, "exited with code {c}"),
+            PeEnd::Signaled(s) => write!(f, "was killed by signal {s} ({})", signal_name(*s)),
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+/// The outcome of a job.
+#[derive(Debug, Clone)]
+pub struct JobReport {
+    /// How each PE ended, by rank.
+    pub ends: Vec<PeEnd>,
+    /// The first PE that failed, if any.
+    pub first_failure: Option<(PeId, PeEnd)>,
+    /// Signal that interrupted the launcher (Ctrl-C), if any.
+    pub interrupted: Option<i32>,
+    /// Whether the job was stopped for running past its timeout.
+    pub timed_out: bool,
+}
+
+impl JobReport {
+    /// Whether every PE exited with code 0.
+    pub fn success(&self) -> bool {
+        self.first_failure.is_none() && self.interrupted.is_none() && !self.timed_out
+    }
+
+    /// The launcher's exit code: 0, the failing PE's code, or 128 + signal.
+    pub fn exit_code(&self) -> i32 {
+        if let Some(sig) = self.interrupted {
+            return 128 + sig;
+        }
+        if self.timed_out && self.first_failure.is_none() {
+            return 124;
+        }
+        match self.first_failure {
+            None => 0,
+            Some((_, end)) => match end.code() {
+                0 => 1,
+                c => c,
+            },
+        }
+    }
+
+    /// One line describing the failure, if any.
+    pub fn summary(&self) -> Option<String> {
+        if let Some(sig) = self.interrupted {
+            return Some(format!(
+                "shmemrun: interrupted by {}; stopped all {} PEs",
+                signal_name(sig),
+                self.ends.len()
+            ));
+        }
+        if self.timed_out && self.first_failure.is_none() {
+            return Some(format!(
+                "shmemrun: the job ran past its timeout; stopped all {} PEs",
+                self.ends.len()
+            ));
+        }
+        self.first_failure.map(|(pe, end)| {
+            let others = self.ends.len().saturating_sub(1);
+            format!("shmemrun: PE {pe} {end}; stopped the other {others} PE(s)")
+        })
+    }
+}
+
+static INTERRUPT: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    INTERRUPT.store(sig, Ordering::SeqCst);
+}
+
+fn install_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        unsafe {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+/// A port for torch's `MASTER_PORT` whose successor (where a PE started by
+/// torchrun-style variables alone puts the shmem store) is free too.
+fn master_port(avoid: u16) -> Result<u16> {
+    for _ in 0..64 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| Error::os("finding a free port", e))?;
+        let p = l
+            .local_addr()
+            .map_err(|e| Error::os("getsockname", e))?
+            .port();
+        if p == u16::MAX || p + 1 == avoid {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return Ok(p);
+        }
+    }
+    Err(Error::Bootstrap(
+        "found no two free adjacent ports for MASTER_PORT".into(),
+    ))
+}
+
+fn forward_lines(
+    src: impl Read + Send + 'static,
+    pe: PeId,
+    to_stderr: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(src);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match r.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    let mut out = format!("[PE {pe}] ").into_bytes();
+                    out.extend_from_slice(&line);
+                    if !out.ends_with(b"\n") {
+                        out.push(b'\n');
+                    }
+                    if to_stderr {
+                        let _ = std::io::stderr().lock().write_all(&out);
+                    } else {
+                        let _ = std::io::stdout().lock().write_all(&out);
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn signal_group(child: &Child, sig: i32) {
+    // SAFETY: kill on the child's own process group (set with setpgid).
+    unsafe {
+        libc::kill(-(child.id() as i32), sig);
+    }
+}
+
+/// Starts the job and waits for it. Errors only when the job could not be
+/// started; a failing PE is reported in the [`JobReport`].
+pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
+    let n = opts.n_pes;
+    if n == 0 {
+        return Err(Error::invalid("-n", "the number of PEs must be at least 1"));
+    }
+    if n > 4096 {
+        return Err(Error::invalid(
+            "-n",
+            format!("{n} PEs on one machine is more than this launcher supports (4096)"),
+        ));
+    }
+    let secret = ids::new_secret()?;
+    let store = StoreServer::bind(
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+        Some(n),
+        secret.clone(),
+    )?;
+    let master_port = master_port(store.addr().port())?;
+    install_handlers();
+
+    let mut children: Vec<Option<Child>> = Vec::with_capacity(n);
+    let mut forwarders = Vec::new();
+    for pe in 0..n {
+        let mut cmd = Command::new(&opts.program);
+        cmd.args(&opts.args)
+            .env(env::RANK, pe.to_string())
+            .env(env::NRANKS, n.to_string())
+            .env(env::STORE_ADDR, store.addr().to_string())
+            .env(env::STORE_EXTERNAL, "1")
+            .env(env::JOB_SECRET, ids::to_hex(&secret))
+            .env(env::TORCH_RANK, pe.to_string())
+            .env(env::TORCH_WORLD_SIZE, n.to_string())
+            .env(env::TORCH_LOCAL_RANK, pe.to_string())
+            .env(env::TORCH_LOCAL_WORLD_SIZE, n.to_string())
+            .env(env::TORCH_MASTER_ADDR, "127.0.0.1")
+            .env(env::TORCH_MASTER_PORT, master_port.to_string());
+        if let Some(e) = &opts.engine {
+            cmd.env(env::TEST_ENGINE, e);
+        }
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        if opts.tag_output {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setpgid(0, 0);
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        match cmd.spawn() {
+            Ok(mut child) => {
+                if let Some(o) = child.stdout.take() {
+                    forwarders.push(forward_lines(o, pe, false));
+                }
+                if let Some(e) = child.stderr.take() {
+                    forwarders.push(forward_lines(e, pe, true));
+                }
+                children.push(Some(child));
+            }
+            Err(e) => {
+                for c in children.iter_mut().flatten() {
+                    signal_group(c, libc::SIGKILL);
+                    let _ = c.wait();
+                }
+                return Err(Error::os(
+                    format!("starting PE {pe} ({})", opts.program.to_string_lossy()),
+                    e,
+                ));
+            }
+        }
+    }
+
+    let mut ends: Vec<Option<PeEnd>> = vec![None; n];
+    let mut first_failure = None;
+    let mut interrupted = None;
+    let mut kill_at: Option<Instant> = None;
+    let mut timed_out = false;
+    let deadline = opts.timeout.map(|t| Instant::now() + t);
+    loop {
+        if let Some(d) = deadline {
+            if !timed_out && Instant::now() >= d {
+                timed_out = true;
+                for c in children.iter().flatten() {
+                    signal_group(c, libc::SIGTERM);
+                }
+                kill_at = Some(Instant::now() + opts.kill_grace);
+            }
+        }
+        let sig = INTERRUPT.swap(0, Ordering::SeqCst);
+        if sig != 0 && interrupted.is_none() {
+            interrupted = Some(sig);
+            for c in children.iter().flatten() {
+                signal_group(c, libc::SIGINT);
+            }
+            kill_at = Some(Instant::now() + opts.kill_grace);
+        }
+        let mut failed_now = Vec::new();
+        let mut progressed = false;
+        for pe in 0..n {
+            let Some(child) = children[pe].as_mut() else {
+                continue;
+            };
+            let end = match child.try_wait() {
+                Ok(Some(status)) => PeEnd::from_status(status),
+                Ok(None) => continue,
+                Err(_) => PeEnd::Exited(-1),
+            };
+            ends[pe] = Some(end);
+            children[pe] = None;
+            progressed = true;
+            if !end.ok() {
+                failed_now.push((pe, end));
+            }
+        }
+        if first_failure.is_none() && interrupted.is_none() && !timed_out {
+            // Within one poll, a PE killed by a signal is the likelier cause:
+            // the others typically exit with an error reporting its death.
+            failed_now.sort_by_key(|&(pe, end)| (matches!(end, PeEnd::Exited(_)), pe));
+            if let Some(&(pe, end)) = failed_now.first() {
+                first_failure = Some((pe, end));
+                store.report_exit(pe, &format!("it {end}"));
+                for c in children.iter().flatten() {
+                    signal_group(c, libc::SIGTERM);
+                }
+                kill_at = Some(Instant::now() + opts.kill_grace);
+            }
+        }
+        if children.iter().all(|c| c.is_none()) {
+            break;
+        }
+        if let Some(t) = kill_at {
+            if Instant::now() >= t {
+                for c in children.iter().flatten() {
+                    signal_group(c, libc::SIGKILL);
+                }
+            }
+        }
+        if !progressed {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    for f in forwarders {
+        let _ = f.join();
+    }
+    drop(store);
+    Ok(JobReport {
+        ends: ends
+            .into_iter()
+            .map(|e| e.unwrap_or(PeEnd::Exited(-1)))
+            .collect(),
+        first_failure,
+        interrupted,
+        timed_out,
+    })
+}
+
+/// Removes `--pes N` / `--pes=N` from `args`; returns N if present.
+pub fn take_pes_arg(args: &mut Vec<OsString>) -> Result<Option<usize>> {
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].to_string_lossy().into_owned();
+        let val = if a == "--pes" {
+            if i + 1 >= args.len() {
+                return Err(Error::invalid("--pes", "needs a number"));
+            }
+            let v = args[i + 1].to_string_lossy().into_owned();
+            args.drain(i..i + 2);
+            v
+        } else if let Some(v) = a.strip_prefix("--pes=") {
+            let v = v.to_string();
+            args.remove(i);
+            v
+        } else {
+            i += 1;
+            continue;
+        };
+        let n: usize = val
+            .parse()
+            .map_err(|_| Error::invalid("--pes", format!("{val:?} is not a number")))?;
+        if n == 0 {
+            return Err(Error::invalid("--pes", "must be at least 1"));
+        }
+        return Ok(Some(n));
+    }
+    Ok(None)
+}
+
+/// For programs that start their own PEs: if this process is not a PE yet
+/// (no `SHMEM_RANK`) and was given `--pes N`, runs N copies of itself with
+/// the other arguments and returns the job's exit code (after printing the
+/// failure line, if any). Returns `None` in a PE, where the program goes on.
+pub fn launch_self_if_requested() -> Option<i32> {
+    if std::env::var_os(env::RANK).is_some() {
+        return None;
+    }
+    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let n = match take_pes_arg(&mut args) {
+        Ok(Some(n)) => n,
+        Ok(None) => return None,
+        Err(e) => {
+            eprintln!("{e}");
+            return Some(2);
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cannot find this program to start its PEs: {e}");
+            return Some(1);
+        }
+    };
+    let mut opts = LaunchOptions::new(n, exe);
+    opts.args = args;
+    match launch(&opts) {
+        Ok(report) => {
+            if let Some(line) = report.summary() {
+                eprintln!("{line}");
+            }
+            Some(report.exit_code())
+        }
+        Err(e) => {
+            eprintln!("shmemrun: {e}");
+            Some(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pes_argument_is_removed() {
+        let mut a: Vec<OsString> = ["x", "--pes", "4", "y"].iter().map(Into::into).collect();
+        assert_eq!(take_pes_arg(&mut a).unwrap(), Some(4));
+        assert_eq!(
+            a,
+            ["x", "y"].iter().map(Into::into).collect::<Vec<OsString>>()
+        );
+        let mut b: Vec<OsString> = ["--pes=8"].iter().map(Into::into).collect();
+        assert_eq!(take_pes_arg(&mut b).unwrap(), Some(8));
+        assert!(b.is_empty());
+        let mut c: Vec<OsString> = ["--pes", "zero"].iter().map(Into::into).collect();
+        assert!(take_pes_arg(&mut c).is_err());
+        let mut d: Vec<OsString> = ["--pes"].iter().map(Into::into).collect();
+        assert!(take_pes_arg(&mut d).is_err());
+    }
+
+    #[test]
+    fn failing_pe_is_named_and_others_stopped() {
+        let mut o = LaunchOptions::new(3, "sh");
+        o.args = ["-c", "test \"$RANK\" = 1 && exit 7; sleep 60"]
+            .iter()
+            .map(Into::into)
+            .collect();
+        let t = Instant::now();
+        let r = launch(&o).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(20));
+        assert_eq!(r.first_failure, Some((1, PeEnd::Exited(7))));
+        assert_eq!(r.exit_code(), 7);
+        assert!(r.summary().unwrap().contains("PE 1 exited with code 7"));
+        assert_eq!(r.ends[0], PeEnd::Signaled(libc::SIGTERM));
+    }
+
+    #[test]
+    fn environment_reaches_every_pe() {
+        let mut o = LaunchOptions::new(2, "sh");
+        o.args = ["-c", "test \"$SHMEM_RANK\" = \"$RANK\" && test \"$WORLD_SIZE\" = 2 && test -n \"$SHMEM_JOB_SECRET\" && test \"$SHMEM_TEST_ENGINE\" = HCCS"]
+            .iter().map(Into::into).collect();
+        o.engine = Some("HCCS".into());
+        let r = launch(&o).unwrap();
+        assert!(r.success(), "{r:?}");
+    }
+
+    #[test]
+    fn missing_program_is_an_error() {
+        let o = LaunchOptions::new(2, "/nonexistent/program");
+        assert!(launch(&o)
+            .unwrap_err()
+            .to_string()
+            .contains("starting PE 0"));
+        assert!(launch(&LaunchOptions::new(0, "true")).is_err());
+    }
+}

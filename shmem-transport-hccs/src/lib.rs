@@ -1,0 +1,146 @@
+//! HCCS engine of the `shmem` library: same-node peers' symmetric heaps
+//! mapped into this process.
+//!
+//! At init every PE on a node hands its heap's `memfd` to each same-node
+//! peer over an abstract Unix socket with `SCM_RIGHTS` (both ends check with
+//! `SO_PEERCRED` that the other side is the same user and the expected
+//! process), and each maps every peer's heap. After that a put or get is a
+//! memory copy, an atomic is a CPU atomic on the shared mapping, and
+//! [`Transport::peer_ptr`] returns a real load/store pointer. Nothing is
+//! created in the file system, so nothing outlives the job.
+//!
+//! The crate registers itself as `HCCS` (priority 100) with `inventory`;
+//! linking it is all it takes:
+//!
+//! ```
+//! shmem_transport_hccs::link();
+//! assert!(shmem_core::transport::registered().iter().any(|r| r.name == "HCCS"));
+//! ```
+
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use shmem_core::node_heaps::NodeHeaps;
+use shmem_core::{
+    AmoOp, AmoWidth, Capabilities, PeId, Result, SignalOp, Transport, TransportInit,
+    TransportRegistration,
+};
+
+/// Engine name.
+pub const NAME: &str = "HCCS";
+
+/// Makes sure this crate is linked (its registration is then visible).
+pub fn link() {}
+
+shmem_core::inventory::submit! {
+    TransportRegistration { name: NAME, priority: 100, create }
+}
+
+/// The intra-node engine: one mapping of each same-node PE's heap.
+#[derive(Debug)]
+pub struct Hccs {
+    my_pe: PeId,
+    heaps: NodeHeaps,
+}
+
+fn create(init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
+    let heaps = NodeHeaps::map(init, NAME)?;
+    Ok(Arc::new(Hccs {
+        my_pe: init.bootstrap.rank(),
+        heaps,
+    }))
+}
+
+impl Hccs {
+    #[inline]
+    fn base(&self, pe: PeId) -> Result<*mut u8> {
+        self.heaps.require(pe)
+    }
+
+    #[inline]
+    fn wake(&self, base: *mut u8) {
+        NodeHeaps::wake(base);
+    }
+}
+
+impl Transport for Hccs {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::RMA | Capabilities::AMO | Capabilities::SIGNAL | Capabilities::DIRECT_POINTER
+    }
+
+    fn can_reach(&self, pe: PeId) -> bool {
+        self.heaps.base(pe).is_some()
+    }
+
+    fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
+        let b = self.heaps.base(pe)?;
+        // SAFETY: the runtime checked offset <= heap size.
+        NonNull::new(unsafe { b.as_ptr().add(offset) })
+    }
+
+    unsafe fn put(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
+        let base = self.base(pe)?;
+        // SAFETY: dst..dst+len is inside the peer's mapping (checked by the
+        // runtime); src is valid per the caller; `copy` allows overlap when
+        // the target is this PE's own heap.
+        unsafe { std::ptr::copy(src, base.add(dst), len) };
+        if pe != self.my_pe {
+            self.wake(base);
+        }
+        Ok(())
+    }
+
+    unsafe fn get(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
+        let base = self.base(pe)?;
+        // SAFETY: as for put, with the roles swapped.
+        unsafe { std::ptr::copy(base.add(src), dst, len) };
+        Ok(())
+    }
+
+    fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
+        let base = self.base(pe)?;
+        // SAFETY: offset in range and aligned (checked by the runtime).
+        Ok(unsafe { NodeHeaps::atomic(base, offset, width, op) })
+    }
+
+    fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
+        let base = self.base(pe)?;
+        // SAFETY: aligned, in-heap signal word (checked by the runtime).
+        unsafe { NodeHeaps::signal(base, sig, op, value) };
+        Ok(())
+    }
+
+    unsafe fn put_signal(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        sig: usize,
+        op: SignalOp,
+        value: u64,
+        _nbi: bool,
+    ) -> Result<()> {
+        let base = self.base(pe)?;
+        // SAFETY: as for put.
+        unsafe { std::ptr::copy(src, base.add(dst), len) };
+        // The data must be visible before the signal.
+        fence(Ordering::Release);
+        self.signal(pe, sig, op, value)
+    }
+
+    fn fence(&self) -> Result<()> {
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn quiet(&self) -> Result<()> {
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+}

@@ -1,0 +1,463 @@
+//! SDMA engine of the `shmem` library: an asynchronous copy engine.
+//!
+//! Copies are cut into work descriptors and sent through a `crossbeam`
+//! queue to engine threads (`SHMEM_SDMA_ENGINES`, default half the cores)
+//! that move the bytes between this node's mapped heaps, so the calling
+//! thread is free meanwhile. Large copies are split across engines. Every
+//! descriptor is counted when issued and when completed, and `quiet` waits
+//! for the two counts to meet, so it is exact. Atomics and signals are CPU
+//! atomics on the shared mapping (a copy engine has no atomic unit); a
+//! non-blocking put-with-signal sets the signal from the engine thread that
+//! finishes the data's last chunk, so the signal is seen after the data.
+//!
+//! The engine also reaches a same-node peer's memory outside the symmetric
+//! heap (its static data) with `process_vm_writev`/`process_vm_readv`.
+//!
+//! It registers as `SDMA` (priority 50): with HCCS linked too, ordinary
+//! operations go to HCCS and stream work plus large non-blocking copies come
+//! here; `SHMEM_TEST_ENGINE=SDMA` sends everything here.
+//!
+//! ```
+//! shmem_transport_sdma::link();
+//! assert!(shmem_core::transport::registered().iter().any(|r| r.name == "SDMA"));
+//! ```
+
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use shmem_core::node_heaps::NodeHeaps;
+use shmem_core::{
+    AmoOp, AmoWidth, Capabilities, Completion, Error, PeId, Result, SignalOp, Transport,
+    TransportInit, TransportRegistration,
+};
+
+/// Engine name.
+pub const NAME: &str = "SDMA";
+
+/// Blocking copies up to this size are done by the calling thread (an
+/// engine round trip would only add latency).
+const INLINE_MAX: usize = 64 * 1024;
+/// Smallest piece a copy is split into.
+const MIN_CHUNK: usize = 256 * 1024;
+
+/// Makes sure this crate is linked (its registration is then visible).
+pub fn link() {}
+
+shmem_core::inventory::submit! {
+    TransportRegistration { name: NAME, priority: 50, create }
+}
+
+struct Descriptor {
+    src: *const u8,
+    dst: *mut u8,
+    len: usize,
+    /// Heap base of the PE whose memory is written (to wake its waiters).
+    wake: Option<*mut u8>,
+    done: Completion,
+}
+
+// SAFETY: descriptors carry raw pointers into mapped heaps or into buffers
+// the issuer keeps alive until the completion is done (the transport's
+// safety contract); the engine thread only copies through them.
+unsafe impl Send for Descriptor {}
+
+#[derive(Default)]
+struct Counters {
+    issued: AtomicU64,
+    completed: AtomicU64,
+    quiet_waiters: AtomicUsize,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+/// The copy engine.
+pub struct Sdma {
+    my_pe: PeId,
+    heaps: Arc<NodeHeaps>,
+    pids: Vec<u32>,
+    tx: Option<Sender<Descriptor>>,
+    engines: usize,
+    counters: Arc<Counters>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Sdma {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sdma")
+            .field("engines", &self.engines)
+            .field("issued", &self.counters.issued.load(Ordering::Relaxed))
+            .field(
+                "completed",
+                &self.counters.completed.load(Ordering::Relaxed),
+            )
+            .finish()
+    }
+}
+
+fn engine_count(configured: u64) -> usize {
+    if configured > 0 {
+        return configured.min(64) as usize;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / 2).clamp(1, 8)
+}
+
+fn create(init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
+    let heaps = Arc::new(NodeHeaps::map(init, NAME)?);
+    let engines = engine_count(init.config.sdma_engines);
+    Ok(Arc::new(Sdma::start(
+        init.bootstrap.rank(),
+        heaps,
+        init.topology.pid_of.clone(),
+        engines,
+    )?))
+}
+
+fn worker(rx: Receiver<Descriptor>, counters: Arc<Counters>) {
+    for d in rx {
+        // SAFETY: the issuer guarantees both ranges are valid for `len`
+        // bytes until `done` completes; `copy` tolerates overlap.
+        unsafe { std::ptr::copy(d.src, d.dst, d.len) };
+        if let Some(base) = d.wake {
+            NodeHeaps::wake(base);
+        }
+        d.done.finish_part(Ok(()));
+        counters.completed.fetch_add(1, Ordering::AcqRel);
+        if counters.quiet_waiters.load(Ordering::Acquire) > 0 {
+            let _g = counters.lock.lock();
+            counters.cv.notify_all();
+        }
+    }
+}
+
+impl Sdma {
+    /// Starts `engines` engine threads over the given mapped heaps.
+    pub fn start(
+        my_pe: PeId,
+        heaps: Arc<NodeHeaps>,
+        pids: Vec<u32>,
+        engines: usize,
+    ) -> Result<Sdma> {
+        let (tx, rx) = crossbeam_channel::unbounded::<Descriptor>();
+        let counters = Arc::new(Counters::default());
+        let mut workers = Vec::with_capacity(engines);
+        for i in 0..engines.max(1) {
+            let (rx, c) = (rx.clone(), counters.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("shmem-sdma-{i}"))
+                .spawn(move || worker(rx, c))
+                .map_err(|e| Error::os("spawning an SDMA engine thread", e))?;
+            workers.push(h);
+        }
+        Ok(Sdma {
+            my_pe,
+            heaps,
+            pids,
+            tx: Some(tx),
+            engines: engines.max(1),
+            counters,
+            workers,
+        })
+    }
+
+    /// Number of engine threads.
+    pub fn engines(&self) -> usize {
+        self.engines
+    }
+
+    /// Splits a copy into descriptors and queues them; returns the completion.
+    fn issue(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        wake: Option<*mut u8>,
+    ) -> Result<Completion> {
+        let parts = if len >= 2 * MIN_CHUNK {
+            (len / MIN_CHUNK).min(self.engines)
+        } else {
+            1
+        };
+        let done = Completion::pending(parts);
+        let chunk = len.div_ceil(parts).next_multiple_of(4096).max(1);
+        let tx = self.tx.as_ref().ok_or_else(|| Error::Transport {
+            engine: NAME,
+            reason: "engine stopped".into(),
+        })?;
+        let mut off = 0;
+        for _ in 0..parts {
+            let n = chunk.min(len - off);
+            self.counters.issued.fetch_add(1, Ordering::AcqRel);
+            // SAFETY: offsets stay within the `len`-byte ranges of the caller.
+            let d = unsafe {
+                Descriptor {
+                    src: src.add(off),
+                    dst: dst.add(off),
+                    len: n,
+                    wake,
+                    done: done.clone(),
+                }
+            };
+            tx.send(d).map_err(|_| Error::Transport {
+                engine: NAME,
+                reason: "engine threads exited".into(),
+            })?;
+            off += n;
+        }
+        Ok(done)
+    }
+
+    fn remote_vm(
+        &self,
+        pe: PeId,
+        addr: usize,
+        local: *mut u8,
+        len: usize,
+        write: bool,
+    ) -> Result<()> {
+        let pid = *self.pids.get(pe).ok_or(Error::PeOutOfRange {
+            pe,
+            n_pes: self.pids.len(),
+        })?;
+        let mut done = 0usize;
+        while done < len {
+            let liov = libc::iovec {
+                iov_base: local.wrapping_add(done).cast(),
+                iov_len: len - done,
+            };
+            let riov = libc::iovec {
+                iov_base: (addr + done) as *mut libc::c_void,
+                iov_len: len - done,
+            };
+            // SAFETY: the local iovec covers memory the caller vouches for;
+            // the kernel validates the remote range and fails with EFAULT.
+            let r = unsafe {
+                if write {
+                    libc::process_vm_writev(pid as libc::pid_t, &liov, 1, &riov, 1, 0)
+                } else {
+                    libc::process_vm_readv(pid as libc::pid_t, &liov, 1, &riov, 1, 0)
+                }
+            };
+            if r <= 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(Error::os(
+                    format!(
+                        "{} {len} bytes at address {addr:#x} of PE {pe} (pid {pid})",
+                        if write {
+                            "process_vm_writev of"
+                        } else {
+                            "process_vm_readv of"
+                        }
+                    ),
+                    e,
+                ));
+            }
+            done += r as usize;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Sdma {
+    fn drop(&mut self) {
+        self.tx = None;
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Transport for Sdma {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::RMA
+            | Capabilities::AMO
+            | Capabilities::SIGNAL
+            | Capabilities::DIRECT_POINTER
+            | Capabilities::ASYNC
+            | Capabilities::EXTERNAL_MEMORY
+    }
+
+    fn can_reach(&self, pe: PeId) -> bool {
+        self.heaps.base(pe).is_some()
+    }
+
+    fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
+        let b = self.heaps.base(pe)?;
+        // SAFETY: the runtime checked offset <= heap size.
+        NonNull::new(unsafe { b.as_ptr().add(offset) })
+    }
+
+    unsafe fn put(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
+        let base = self.heaps.require(pe)?;
+        if len <= INLINE_MAX {
+            // SAFETY: in-heap destination (checked by the runtime), valid source.
+            unsafe { std::ptr::copy(src, base.add(dst), len) };
+            if pe != self.my_pe {
+                NodeHeaps::wake(base);
+            }
+            return Ok(());
+        }
+        // SAFETY: blocking: the source outlives the wait below.
+        unsafe { self.put_async(pe, dst, src, len)? }.wait()
+    }
+
+    unsafe fn get(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
+        let base = self.heaps.require(pe)?;
+        if len <= INLINE_MAX {
+            // SAFETY: as for put.
+            unsafe { std::ptr::copy(base.add(src), dst, len) };
+            return Ok(());
+        }
+        // SAFETY: blocking: the destination outlives the wait below.
+        unsafe { self.get_async(pe, src, dst, len)? }.wait()
+    }
+
+    unsafe fn put_nbi(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded contract (valid until quiet, which waits for the counts).
+        unsafe { self.put_async(pe, dst, src, len) }.map(|_| ())
+    }
+
+    unsafe fn get_nbi(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.get_async(pe, src, dst, len) }.map(|_| ())
+    }
+
+    unsafe fn put_async(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Completion> {
+        let base = self.heaps.require(pe)?;
+        let wake = (pe != self.my_pe).then_some(base);
+        // SAFETY: in-heap destination; the source's lifetime is the caller's contract.
+        self.issue(src, unsafe { base.add(dst) }, len, wake)
+    }
+
+    unsafe fn get_async(
+        &self,
+        pe: PeId,
+        src: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<Completion> {
+        let base = self.heaps.require(pe)?;
+        // SAFETY: in-heap source; the destination's lifetime is the caller's contract.
+        self.issue(unsafe { base.add(src) }, dst, len, None)
+    }
+
+    unsafe fn put_to_address(
+        &self,
+        pe: PeId,
+        addr: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        if pe == self.my_pe {
+            return Err(Error::invalid(
+                "pe",
+                "use a local copy for this PE's own memory",
+            ));
+        }
+        self.remote_vm(pe, addr, src as *mut u8, len, true)
+    }
+
+    unsafe fn get_from_address(
+        &self,
+        pe: PeId,
+        addr: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<()> {
+        if pe == self.my_pe {
+            return Err(Error::invalid(
+                "pe",
+                "use a local copy for this PE's own memory",
+            ));
+        }
+        self.remote_vm(pe, addr, dst, len, false)
+    }
+
+    fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
+        let base = self.heaps.require(pe)?;
+        // SAFETY: offset in range and aligned (checked by the runtime).
+        Ok(unsafe { NodeHeaps::atomic(base, offset, width, op) })
+    }
+
+    fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
+        let base = self.heaps.require(pe)?;
+        // SAFETY: aligned, in-heap signal word (checked by the runtime).
+        unsafe { NodeHeaps::signal(base, sig, op, value) };
+        Ok(())
+    }
+
+    unsafe fn put_signal(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        sig: usize,
+        op: SignalOp,
+        value: u64,
+        nbi: bool,
+    ) -> Result<()> {
+        let base = self.heaps.require(pe)?;
+        if !nbi {
+            // SAFETY: blocking put, then the signal.
+            unsafe { self.put(pe, dst, src, len)? };
+            fence(Ordering::Release);
+            // SAFETY: aligned, in-heap signal word (checked by the runtime).
+            unsafe { NodeHeaps::signal(base, sig, op, value) };
+            return Ok(());
+        }
+        // SAFETY: forwarded contract; the signal follows the last chunk.
+        let done = unsafe { self.put_async(pe, dst, src, len)? };
+        let base_addr = base as usize;
+        done.then(move || {
+            fence(Ordering::Release);
+            // SAFETY: the heap stays mapped while the engine runs.
+            unsafe { NodeHeaps::signal(base_addr as *mut u8, sig, op, value) };
+            Ok(())
+        });
+        Ok(())
+    }
+
+    fn fence(&self) -> Result<()> {
+        // Descriptors may run on different engines: order by completing them.
+        self.quiet()
+    }
+
+    fn quiet(&self) -> Result<()> {
+        let c = &self.counters;
+        let target = c.issued.load(Ordering::Acquire);
+        for _ in 0..1000 {
+            if c.completed.load(Ordering::Acquire) >= target {
+                fence(Ordering::SeqCst);
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        c.quiet_waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = c.lock.lock().unwrap_or_else(|p| p.into_inner());
+        while c.completed.load(Ordering::Acquire) < target {
+            g =
+                c.cv.wait_timeout(g, Duration::from_millis(10))
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0);
+        }
+        drop(g);
+        c.quiet_waiters.fetch_sub(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+}

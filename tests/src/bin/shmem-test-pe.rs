@@ -1,0 +1,704 @@
+//! One PE of an integration test: `shmem-test-pe SCENARIO`. Checks its
+//! results against golden data and exits non-zero with a message naming the
+//! PE and the mismatch otherwise. Run by the tests in `tests/tests/`.
+
+use std::time::{Duration, Instant};
+
+use shmem::{Cmp, Error, Result, Shmem, SignalOp};
+
+macro_rules! check {
+    ($pe:expr, $cond:expr, $($msg:tt)*) => {
+        if !$cond {
+            return Err(Error::invalid("check", format!("PE {}: {}", $pe, format!($($msg)*))));
+        }
+    };
+}
+
+fn expect_err<T: std::fmt::Debug>(me: usize, r: Result<T>, needle: &str) -> Result<()> {
+    match r {
+        Ok(v) => Err(Error::invalid(
+            "check",
+            format!("PE {me}: expected an error containing {needle:?}, got Ok({v:?})"),
+        )),
+        Err(e) if e.to_string().contains(needle) => Ok(()),
+        Err(e) => Err(Error::invalid(
+            "check",
+            format!("PE {me}: expected an error containing {needle:?}, got: {e}"),
+        )),
+    }
+}
+
+fn bootstrap(pe: &Shmem) -> Result<()> {
+    let bs = pe.bootstrap();
+    let (me, n) = (bs.rank(), bs.size());
+    for round in 0..3u8 {
+        let all = bs.allgather(&vec![me as u8 ^ round; me + 1])?;
+        for (r, d) in all.iter().enumerate() {
+            check!(
+                me,
+                *d == vec![r as u8 ^ round; r + 1],
+                "allgather round {round} entry {r} = {d:?}"
+            );
+        }
+        bs.barrier()?;
+        let root = (round as usize) % n;
+        let b = bs.broadcast(root, &[root as u8, 42, round])?;
+        check!(
+            me,
+            b == vec![root as u8, 42, round],
+            "broadcast from {root} gave {b:?}"
+        );
+    }
+    Ok(())
+}
+
+fn rma(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let right = (me + 1) % n;
+    let left = (me + n - 1) % n;
+    // u64 blocks: put to the right neighbour, get from the left.
+    let a = pe.calloc::<u64>(1000)?;
+    let data: Vec<u64> = (0..1000).map(|i| (me as u64) << 32 | i).collect();
+    pe.put(&a, &data, right)?;
+    pe.barrier_all()?;
+    let got = pe.read_local(&a)?;
+    check!(
+        me,
+        got.iter()
+            .enumerate()
+            .all(|(i, &v)| v == (left as u64) << 32 | i as u64),
+        "put from PE {left} wrong"
+    );
+    let mut back = vec![0u64; 1000];
+    pe.get(&mut back, &a, right)?;
+    check!(
+        me,
+        back == data,
+        "get from PE {right} did not return my block"
+    );
+    // Other element types.
+    let f = pe.calloc::<f64>(16)?;
+    pe.put(f.slice(4..8)?, &[1.5, -2.0, me as f64, 1e300], right)?;
+    let t = pe.calloc::<[u16; 3]>(4)?;
+    pe.put(t.slice(1..2)?, &[[me as u16, 7, 9]], right)?;
+    pe.barrier_all()?;
+    check!(
+        me,
+        pe.read_local(f.slice(4..8)?)? == vec![1.5, -2.0, left as f64, 1e300],
+        "f64 put"
+    );
+    check!(
+        me,
+        pe.read_local(t.slice(1..2)?)?[0] == [left as u16, 7, 9],
+        "array put"
+    );
+    // p / g
+    let x = pe.calloc::<i32>(n)?;
+    for peer in 0..n {
+        pe.p(x.at(me)?, -(me as i32) - 1, peer)?;
+    }
+    pe.barrier_all()?;
+    for peer in 0..n {
+        let v = pe.g(x.at(peer)?, (me + 3) % n)?;
+        check!(me, v == -(peer as i32) - 1, "g of slot {peer} = {v}");
+    }
+    // Strided.
+    let s = pe.calloc::<u32>(30)?;
+    let src: Vec<u32> = (0..20).map(|i| me as u32 * 100 + i).collect();
+    pe.iput(&s, &src, 3, 2, 10, right)?;
+    pe.barrier_all()?;
+    let got = pe.read_local(&s)?;
+    for i in 0..10 {
+        check!(
+            me,
+            got[i * 3] == left as u32 * 100 + (i as u32) * 2,
+            "iput element {i}"
+        );
+        check!(me, i == 9 || got[i * 3 + 1] == 0, "iput touched a gap");
+    }
+    let mut gi = vec![0u32; 10];
+    pe.iget(&mut gi, &s, 1, 3, 10, me)?;
+    check!(
+        me,
+        gi.iter()
+            .enumerate()
+            .all(|(i, &v)| v == left as u32 * 100 + 2 * i as u32),
+        "iget {gi:?}"
+    );
+    // Non-blocking.
+    let nb = pe.calloc::<u8>(4096)?;
+    let payload = vec![me as u8; 4096];
+    // SAFETY: payload lives until quiet below.
+    unsafe { pe.put_nbi(&nb, &payload, right)? };
+    pe.quiet()?;
+    pe.barrier_all()?;
+    let mut into = vec![0u8; 4096];
+    // SAFETY: `into` lives until quiet below.
+    unsafe { pe.get_nbi(&mut into, &nb, left)? };
+    pe.quiet()?;
+    check!(
+        me,
+        into == vec![((left + n - 1) % n) as u8; 4096],
+        "get_nbi"
+    );
+    // Zero-length copies are no-ops; overlapping copies on this PE act as memmove.
+    pe.put(&a, &[] as &[u64], right)?;
+    pe.barrier_all()?;
+    pe.write_local(&s, &(0..30).collect::<Vec<u32>>())?;
+    let ptr = pe.ptr(&s, me)?.expect("own heap is always mapped");
+    // SAFETY: the source is the first 20 elements of our own symmetric object.
+    let overlap = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), 20) }.to_vec();
+    pe.put(s.slice(5..25)?, &overlap, me)?;
+    let got = pe.read_local(&s)?;
+    check!(
+        me,
+        got[5..25] == (0..20).collect::<Vec<u32>>()[..],
+        "overlapping self put {got:?}"
+    );
+    // shmem_ptr to a peer on this node.
+    pe.barrier_all()?;
+    if let Some(p) = pe.ptr(&a, right)? {
+        // SAFETY: the peer's object is mapped here and nobody writes it now.
+        let first = unsafe { *p.as_ptr() };
+        check!(me, first == (me as u64) << 32, "ptr read {first:#x}");
+    }
+    pe.barrier_all()?;
+    pe.free(nb)?;
+    pe.free(s)?;
+    pe.free(x)?;
+    pe.free(t)?;
+    pe.free(f)?;
+    pe.free(a)?;
+    Ok(())
+}
+
+fn atomics(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let target = 0;
+    let c32 = pe.calloc::<i32>(8)?;
+    let c64 = pe.calloc::<u64>(8)?;
+    let fl = pe.calloc::<f64>(2)?;
+    let f32s = pe.calloc::<f32>(2)?;
+    pe.barrier_all()?;
+    pe.atomic_add(c32.at(0)?, 2, target)?;
+    pe.atomic_inc(c32.at(1)?, target)?;
+    pe.atomic_fetch_add(c64.at(0)?, 1u64 << 33, target)?;
+    pe.atomic_fetch_inc(c64.at(1)?, target)?;
+    pe.atomic_or(c64.at(2)?, 1u64 << me, target)?;
+    pe.atomic_fetch_or(c32.at(2)?, 1 << me, target)?;
+    pe.atomic_xor(c64.at(3)?, 1u64 << me, target)?;
+    pe.atomic_fetch_xor(c32.at(3)?, 1 << (me % 31), target)?;
+    pe.barrier_all()?;
+    if me == 0 {
+        pe.atomic_set(c64.at(4)?, u64::MAX, me)?;
+        pe.atomic_set(c32.at(4)?, -1, me)?;
+    }
+    pe.barrier_all()?;
+    pe.atomic_and(c64.at(4)?, !(1u64 << me), target)?;
+    pe.atomic_fetch_and(c32.at(4)?, !(1 << me), target)?;
+    pe.barrier_all()?;
+    let v32 = pe.read_local(&c32)?;
+    let v64 = pe.read_local(&c64)?;
+    if me == target {
+        let all: u64 = (0..n).map(|i| 1u64 << i).sum();
+        check!(
+            me,
+            v32[0] == 2 * n as i32 && v32[1] == n as i32,
+            "add/inc {:?}",
+            v32
+        );
+        check!(
+            me,
+            v64[0] == (n as u64) << 33 && v64[1] == n as u64,
+            "fetch_add/fetch_inc {:?}",
+            v64
+        );
+        check!(me, v64[2] == all && v32[2] as u64 == all, "or");
+        check!(me, v64[3] == all, "xor");
+        check!(
+            me,
+            v64[4] == !all && v32[4] == !(all as i32),
+            "and {:#x}",
+            v64[4]
+        );
+    }
+    pe.barrier_all()?;
+    // compare-swap election: exactly one PE wins.
+    let lock = pe.calloc::<i64>(1)?;
+    let old = pe.atomic_compare_swap(lock.at(0)?, 0, me as i64 + 1, 0)?;
+    let winners = pe.calloc::<u32>(1)?;
+    if old == 0 {
+        pe.atomic_inc(winners.at(0)?, 0)?;
+    }
+    pe.barrier_all()?;
+    if me == 0 {
+        check!(me, pe.read_local(&winners)?[0] == 1, "compare_swap winners");
+        let l = pe.atomic_fetch(lock.at(0)?, 0)?;
+        check!(me, l >= 1 && l <= n as i64, "lock holder {l}");
+    }
+    // swap and float atomics.
+    let prev = pe.atomic_swap(fl.at(0)?, me as f64 + 0.5, right(me, n))?;
+    pe.atomic_set(f32s.at(1)?, 2.25f32, right(me, n))?;
+    pe.barrier_all()?;
+    check!(me, prev == 0.0, "float swap returned {prev}");
+    check!(
+        me,
+        pe.atomic_fetch(fl.at(0)?, me)? == left(me, n) as f64 + 0.5,
+        "float swap value"
+    );
+    check!(me, pe.atomic_fetch(f32s.at(1)?, me)? == 2.25, "f32 set");
+    let sw = pe.atomic_swap(c64.at(5)?, 7, me)?;
+    check!(me, sw == 0 && pe.atomic_fetch(c64.at(5)?, me)? == 7, "swap");
+    // Misaligned atomics are errors.
+    let raw = pe.runtime().atomic_raw(
+        0,
+        c64.offset() + 4,
+        shmem_core::AmoWidth::W64,
+        shmem_core::AmoOp::Fetch,
+    );
+    expect_err(me, raw, "misaligned")?;
+    pe.barrier_all()?;
+    Ok(())
+}
+
+fn right(me: usize, n: usize) -> usize {
+    (me + 1) % n
+}
+fn left(me: usize, n: usize) -> usize {
+    (me + n - 1) % n
+}
+
+fn fetch_add_stress(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let per_pe: u64 = std::env::var("STRESS_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let counter = pe.calloc::<u64>(1)?;
+    let mut seen_max = 0;
+    for _ in 0..per_pe {
+        let old = pe.atomic_fetch_add(counter.at(0)?, 1, 0)?;
+        check!(me, old >= seen_max, "fetch_add went backwards");
+        seen_max = old;
+    }
+    pe.barrier_all()?;
+    let total = pe.atomic_fetch(counter.at(0)?, 0)?;
+    check!(
+        me,
+        total == per_pe * n as u64,
+        "total {total}, expected {}",
+        per_pe * n as u64
+    );
+    pe.barrier_all()?;
+    pe.free(counter)
+}
+
+fn signals(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let (r, l) = (right(me, n), left(me, n));
+    let data = pe.calloc::<u64>(256)?;
+    let sig = pe.calloc::<u64>(4)?;
+    let s0 = sig.at(0)?;
+    let block: Vec<u64> = (0..256).map(|i| i * 7 + me as u64).collect();
+    pe.put_signal(&data, &block, s0, 1, SignalOp::Set, r)?;
+    let v = pe.signal_wait_until(s0, Cmp::Eq, 1)?;
+    check!(me, v == 1, "signal value {v}");
+    let got = pe.read_local(&data)?;
+    check!(
+        me,
+        got.iter()
+            .enumerate()
+            .all(|(i, &x)| x == i as u64 * 7 + l as u64),
+        "data before signal"
+    );
+    // ADD from every PE.
+    let s1 = sig.at(1)?;
+    for peer in 0..n {
+        pe.signal_op(s1, 10, SignalOp::Add, peer)?;
+    }
+    pe.signal_wait_until(s1, Cmp::Ge, 10 * n as u64)?;
+    check!(
+        me,
+        pe.signal_fetch(s1)? == 10 * n as u64,
+        "signal add total"
+    );
+    // Every comparison.
+    let s2 = sig.at(2)?;
+    pe.barrier_all()?;
+    pe.signal_op(s2, 5, SignalOp::Set, r)?;
+    check!(me, pe.signal_wait_until(s2, Cmp::Ne, 0)? == 5, "NE");
+    check!(me, pe.signal_wait_until(s2, Cmp::Gt, 4)? == 5, "GT");
+    check!(me, pe.signal_wait_until(s2, Cmp::Ge, 5)? == 5, "GE");
+    check!(me, pe.signal_wait_until(s2, Cmp::Le, 5)? == 5, "LE");
+    check!(me, pe.signal_wait_until(s2, Cmp::Lt, 6)? == 5, "LT");
+    // Non-blocking put_signal with ADD.
+    let s3 = sig.at(3)?;
+    pe.barrier_all()?;
+    let small = [me as u64; 4];
+    // SAFETY: `small` lives until quiet.
+    unsafe { pe.put_signal_nbi(data.slice(0..4)?, &small, s3, 3, SignalOp::Add, r)? };
+    pe.quiet()?;
+    pe.signal_wait_until(s3, Cmp::Eq, 3)?;
+    check!(
+        me,
+        pe.read_local(data.slice(0..4)?)? == vec![l as u64; 4],
+        "put_signal_nbi data"
+    );
+    pe.barrier_all()?;
+    pe.free(sig)?;
+    pe.free(data)
+}
+
+fn signal_stress(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let rounds: u64 = 2000;
+    let slots = pe.calloc::<u64>(8)?;
+    let sig = pe.calloc::<u64>(1)?;
+    let s = sig.at(0)?;
+    let (r, l) = (right(me, n), left(me, n));
+    // Token ring: PE 0 starts each round; every PE waits for its left
+    // neighbour's signal, checks the payload, and forwards to the right.
+    for round in 1..=rounds {
+        if me != 0 {
+            pe.signal_wait_until(s, Cmp::Ge, round)?;
+            let got = pe.read_local(&slots)?;
+            check!(
+                me,
+                got == vec![round * 1000 + l as u64; 8],
+                "round {round}: got {got:?}"
+            );
+        }
+        pe.put_signal(
+            &slots,
+            &[round * 1000 + me as u64; 8],
+            s,
+            round,
+            SignalOp::Set,
+            r,
+        )?;
+        if me == 0 {
+            pe.signal_wait_until(s, Cmp::Ge, round)?;
+            let got = pe.read_local(&slots)?;
+            check!(
+                me,
+                got == vec![round * 1000 + l as u64; 8],
+                "round {round}: got {got:?}"
+            );
+        }
+    }
+    // Everyone adds to everyone: exact totals.
+    pe.barrier_all()?;
+    let counters = pe.calloc::<u64>(1)?;
+    for i in 0..500u64 {
+        pe.signal_op(
+            counters.at(0)?,
+            i % 3 + 1,
+            SignalOp::Add,
+            (me + i as usize) % n,
+        )?;
+    }
+    // Each PE receives from every PE j the sum over i with (j+i)%n == me.
+    let mut want = 0u64;
+    for j in 0..n {
+        want += (0..500u64)
+            .filter(|&i| (j + i as usize) % n == me)
+            .map(|i| i % 3 + 1)
+            .sum::<u64>();
+    }
+    pe.signal_wait_until(counters.at(0)?, Cmp::Ge, want)?;
+    pe.barrier_all()?;
+    check!(
+        me,
+        pe.signal_fetch(counters.at(0)?)? == want,
+        "signal add stress total"
+    );
+    pe.free(counters)?;
+    pe.free(sig)?;
+    pe.free(slots)
+}
+
+fn waits(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let flags = pe.calloc::<i32>(n)?;
+    let longs = pe.calloc::<i64>(4)?;
+    pe.barrier_all()?;
+    for peer in 0..n {
+        pe.p(flags.at(me)?, me as i32 + 1, peer)?;
+    }
+    pe.wait_until_all(flags.as_sym(), None, Cmp::Gt, 0)?;
+    let v = pe.read_local(&flags)?;
+    check!(
+        me,
+        v == (1..=n as i32).collect::<Vec<_>>(),
+        "wait_until_all {v:?}"
+    );
+    check!(
+        me,
+        pe.test_all(flags.as_sym(), None, Cmp::Ge, 1)?,
+        "test_all"
+    );
+    let any = pe.wait_until_any(flags.as_sym(), None, Cmp::Eq, n as i32)?;
+    check!(me, any == Some(n - 1), "wait_until_any {any:?}");
+    let mut mask = vec![false; n];
+    mask[n - 1] = true;
+    check!(
+        me,
+        pe.test_any(flags.as_sym(), Some(&mask), Cmp::Eq, n as i32)?
+            .is_none(),
+        "masked test_any"
+    );
+    let some = pe.wait_until_some(flags.as_sym(), None, Cmp::Le, 2)?;
+    check!(
+        me,
+        some == (0..n.min(2)).collect::<Vec<_>>(),
+        "wait_until_some {some:?}"
+    );
+    let vals: Vec<i32> = (1..=n as i32).collect();
+    pe.wait_until_all_vector(flags.as_sym(), None, Cmp::Eq, &vals)?;
+    check!(
+        me,
+        pe.test_all_vector(flags.as_sym(), None, Cmp::Eq, &vals)?,
+        "test_all_vector"
+    );
+    check!(
+        me,
+        pe.wait_until_any_vector(flags.as_sym(), None, Cmp::Eq, &vals)? == Some(0),
+        "any_vector"
+    );
+    check!(
+        me,
+        pe.wait_until_some_vector(flags.as_sym(), None, Cmp::Eq, &vals)?
+            .len()
+            == n,
+        "some_vector"
+    );
+    check!(
+        me,
+        pe.test_some_vector(flags.as_sym(), None, Cmp::Ne, &vals)?
+            .is_empty(),
+        "test_some_vector"
+    );
+    check!(
+        me,
+        pe.test_any_vector(flags.as_sym(), None, Cmp::Ne, &vals)?
+            .is_none(),
+        "test_any_vector"
+    );
+    check!(me, !pe.test(flags.at(0)?, Cmp::Eq, 99)?, "test");
+    check!(
+        me,
+        pe.test_some(flags.as_sym(), Some(&vec![true; n]), Cmp::Ge, 0)?
+            .is_empty(),
+        "all masked"
+    );
+    // A blocked waiter woken by a late put (the writer sleeps first so the waiter blocks on its futex).
+    pe.barrier_all()?;
+    if me == 0 && n > 1 {
+        std::thread::sleep(Duration::from_millis(50));
+        pe.p(longs.at(2)?, 1234, 1)?;
+    }
+    if me == 1 {
+        pe.wait_until(longs.at(2)?, Cmp::Eq, 1234)?;
+    }
+    expect_err(
+        me,
+        pe.wait_until_all_vector(flags.as_sym(), None, Cmp::Eq, &vec![1; n + 1]),
+        "cmp_values",
+    )?;
+    expect_err(
+        me,
+        pe.wait_until_all(flags.as_sym(), Some(&vec![true; n + 1]), Cmp::Eq, 1),
+        "status",
+    )?;
+    pe.barrier_all()?;
+    pe.free(longs)?;
+    pe.free(flags)
+}
+
+fn alloc(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let a = pe.malloc::<u8>(100)?;
+    let b = pe.align_alloc::<u8>(4096, 10)?;
+    check!(me, b.offset() % 4096 == 0, "align");
+    let offs = pe
+        .bootstrap()
+        .allgather(&(a.offset() as u64).to_le_bytes())?;
+    check!(
+        me,
+        offs.iter()
+            .all(|o| o[..] == (a.offset() as u64).to_le_bytes()),
+        "offsets differ across PEs"
+    );
+    // realloc keeps contents and stays symmetric.
+    pe.write_local(&a, &[me as u8; 100])?;
+    let a = pe.realloc(a, 100_000)?;
+    check!(
+        me,
+        pe.read_local(a.slice(0..100)?)? == vec![me as u8; 100],
+        "realloc lost data"
+    );
+    pe.put(a.slice(99_000..99_010)?, &[9u8; 10], right(me, n))?;
+    pe.barrier_all()?;
+    check!(
+        me,
+        pe.read_local(a.slice(99_000..99_010)?)? == vec![9u8; 10],
+        "realloc'd object not symmetric"
+    );
+    // calloc zeroes even reused memory.
+    pe.free(a)?;
+    let z = pe.calloc::<u8>(100_000)?;
+    check!(
+        me,
+        pe.read_local(&z)?.iter().all(|&x| x == 0),
+        "calloc not zeroed"
+    );
+    // Mismatched sizes: an error naming the PEs, on every PE.
+    if n > 1 {
+        let r = pe.malloc::<u8>(if me == n - 1 { 64 } else { 128 });
+        expect_err(me, r, &format!("PE {}: malloc(size 64", n - 1))?;
+    }
+    // Out of memory names free space.
+    let (free, _) = pe.heap_free();
+    expect_err(me, pe.malloc::<u8>(free + 1), "symmetric heap exhausted")?;
+    // Double free and non-symmetric free via the raw API.
+    let off = z.offset();
+    pe.free(z)?;
+    expect_err(me, pe.runtime().free_bytes(off), "not a live allocation")?;
+    expect_err(me, pe.runtime().free_bytes(12345), "not a live allocation")?;
+    pe.free(b)?;
+    Ok(())
+}
+
+fn errors(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let a = pe.calloc::<u64>(8)?;
+    expect_err(me, pe.put(&a, &[1], n), "out of range")?;
+    expect_err(
+        me,
+        pe.g(a.at(0)?, n + 5),
+        &format!("PE {} is out of range", n + 5),
+    )?;
+    expect_err(me, pe.put(&a, &[0u64; 9], 0), "do not fit")?;
+    expect_err(me, a.slice(0..9), "outside a symmetric object")?;
+    let heap = pe.heap_size();
+    expect_err(
+        me,
+        pe.put_bytes(0, heap - 4, &[0u8; 8]),
+        "outside the symmetric heap",
+    )?;
+    expect_err(
+        me,
+        pe.get_bytes(0, usize::MAX - 2, &mut [0u8; 8]),
+        "outside the symmetric heap",
+    )?;
+    expect_err(
+        me,
+        pe.runtime()
+            .require_offset(&me as *const usize as *const u8),
+        "not in the symmetric heap",
+    )?;
+    let stranger = shmem::SymBuf::<u64>::from_raw_parts(a.offset(), 8, 7);
+    expect_err(me, pe.put(&stranger, &[1], 0), "instance 7")?;
+    expect_err(me, pe.iput(&a, &[1u64, 2], 0, 1, 2, 0), "stride")?;
+    check!(
+        me,
+        !shmem::pe_accessible(n) && shmem::pe_accessible(0),
+        "pe_accessible"
+    );
+    let p = pe.ptr(&a, me)?.map(|p| p.as_ptr() as *const u8);
+    check!(
+        me,
+        p.is_some_and(|p| shmem::addr_accessible(p, 0)),
+        "addr_accessible"
+    );
+    pe.barrier_all()?;
+    pe.free(a)?;
+    let handle = pe.clone();
+    pe.finalize()?;
+    expect_err(me, handle.put_bytes(0, 4096, &[1]), "not initialized")?;
+    expect_err(me, shmem::my_pe(), "not initialized")?;
+    expect_err(me, handle.finalize(), "not initialized")?;
+    Ok(())
+}
+
+fn kill_in_barrier(pe: &Shmem) -> Result<()> {
+    let me = pe.my_pe();
+    // Survivors must report the death themselves, not be stopped by the launcher.
+    // SAFETY: ignoring SIGTERM has no memory-safety implications.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    pe.barrier_all()?;
+    if me == 1 {
+        // SAFETY: raising SIGKILL on ourselves.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    let t = Instant::now();
+    let r = pe.barrier_all().and_then(|_| pe.barrier_all());
+    let dt = t.elapsed();
+    match r {
+        Err(e) if e.to_string().contains("PE 1 exited") && dt < Duration::from_secs(2) => {
+            eprintln!("PE {me}: failed as expected after {dt:?}: {e}");
+            std::process::exit(3)
+        }
+        other => Err(Error::invalid(
+            "check",
+            format!("PE {me}: barrier after PE 1 died gave {other:?} after {dt:?}"),
+        )),
+    }
+}
+
+fn kill_in_wait(pe: &Shmem) -> Result<()> {
+    let me = pe.my_pe();
+    // SAFETY: as above.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    let sig = pe.calloc::<u64>(1)?;
+    pe.barrier_all()?;
+    if me == 1 {
+        // SAFETY: raising SIGKILL on ourselves.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    let t = Instant::now();
+    let r = pe.signal_wait_until(sig.at(0)?, Cmp::Eq, 1);
+    let dt = t.elapsed();
+    match r {
+        Err(e) if e.to_string().contains("PE 1 exited") && dt < Duration::from_secs(2) => {
+            std::process::exit(3)
+        }
+        other => Err(Error::invalid(
+            "check",
+            format!("PE {me}: wait after PE 1 died gave {other:?} after {dt:?}"),
+        )),
+    }
+}
+
+fn main() {
+    let scenario = std::env::args().nth(1).unwrap_or_default();
+    let pe = match shmem::init() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("init failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    let r = match scenario.as_str() {
+        "bootstrap" => bootstrap(&pe),
+        "rma" => rma(&pe),
+        "atomics" => atomics(&pe),
+        "fetch_add_stress" => fetch_add_stress(&pe),
+        "signals" => signals(&pe),
+        "signal_stress" => signal_stress(&pe),
+        "waits" => waits(&pe),
+        "alloc" => alloc(&pe),
+        "errors" => errors(&pe).map(|_| std::process::exit(0)),
+        "kill_in_barrier" => kill_in_barrier(&pe),
+        "kill_in_wait" => kill_in_wait(&pe),
+        other => Err(Error::invalid(
+            "scenario",
+            format!("unknown scenario {other:?}"),
+        )),
+    };
+    let r = r.and_then(|_| pe.finalize());
+    if let Err(e) = r {
+        eprintln!("{scenario} failed: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,140 @@
+//! Point-to-point API and bootstrap, as real multi-process jobs checked
+//! against golden data (each PE verifies and exits non-zero on a mismatch).
+
+use shmem_tests::{assert_ok, run_job, shm_leftovers, PeEnd};
+
+const PE: &str = env!("CARGO_BIN_EXE_shmem-test-pe");
+
+fn at_sizes(scenario: &str, sizes: &[usize], env: &[(&str, &str)]) {
+    for &n in sizes {
+        let r = run_job(PE, n, &[scenario], env);
+        assert_ok(&r, &format!("{scenario} at {n} PEs"));
+    }
+}
+
+#[test]
+fn bootstrap_collectives_at_1_2_3_4_8() {
+    at_sizes("bootstrap", &[1, 2, 3, 4, 8], &[]);
+}
+
+#[test]
+fn rma() {
+    at_sizes("rma", &[1, 2, 3, 4, 8], &[]);
+}
+
+#[test]
+fn rma_with_hccs_forced() {
+    at_sizes("rma", &[2, 4], &[("SHMEM_TEST_ENGINE", "hccs")]);
+}
+
+#[test]
+fn atomics() {
+    at_sizes("atomics", &[1, 2, 3, 4, 8], &[]);
+}
+
+#[test]
+fn fetch_add_stress_8_pes_exact_total() {
+    at_sizes("fetch_add_stress", &[8], &[]);
+    at_sizes("fetch_add_stress", &[2, 3], &[("STRESS_OPS", "20000")]);
+}
+
+#[test]
+fn signals() {
+    at_sizes("signals", &[1, 2, 3, 4, 8], &[]);
+}
+
+#[test]
+fn signal_stress() {
+    at_sizes("signal_stress", &[2, 3, 4, 8], &[]);
+}
+
+#[test]
+fn waits() {
+    at_sizes("waits", &[1, 2, 3, 4, 8], &[]);
+}
+
+#[test]
+fn alloc() {
+    at_sizes("alloc", &[1, 2, 3, 4, 8], &[("SHMEM_SYMMETRIC_SIZE", "8M")]);
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    at_sizes("errors", &[1, 2, 4], &[]);
+}
+
+#[test]
+fn killed_pe_in_barrier_is_named_within_2s() {
+    for n in [3, 4] {
+        let mut o = shmem_tests::LaunchOptions::new(n, PE);
+        o.args = vec!["kill_in_barrier".into()];
+        o.timeout = Some(shmem_tests::JOB_TIMEOUT);
+        o.kill_grace = std::time::Duration::from_secs(10);
+        let r = shmem_tests::launch(&o).unwrap();
+        assert_eq!(
+            r.first_failure,
+            Some((1, PeEnd::Signaled(libc::SIGKILL))),
+            "{r:?}"
+        );
+        for (pe, end) in r.ends.iter().enumerate() {
+            if pe != 1 {
+                assert_eq!(
+                    *end,
+                    PeEnd::Exited(3),
+                    "PE {pe} did not report PE 1's death in time: {r:?}"
+                );
+            }
+        }
+        assert!(r.summary().unwrap().contains("PE 1 was killed by signal 9"));
+    }
+}
+
+#[test]
+fn killed_pe_during_signal_wait_is_named_within_2s() {
+    let mut o = shmem_tests::LaunchOptions::new(2, PE);
+    o.args = vec!["kill_in_wait".into()];
+    o.timeout = Some(shmem_tests::JOB_TIMEOUT);
+    o.kill_grace = std::time::Duration::from_secs(10);
+    let r = shmem_tests::launch(&o).unwrap();
+    assert_eq!(
+        r.ends,
+        vec![PeEnd::Exited(3), PeEnd::Signaled(libc::SIGKILL)],
+        "{r:?}"
+    );
+}
+
+#[test]
+fn unknown_engine_lists_the_linked_ones() {
+    let r = run_job(PE, 2, &["rma"], &[("SHMEM_TEST_ENGINE", "NOPE")]);
+    assert!(!r.success());
+    assert!(
+        matches!(r.first_failure, Some((_, PeEnd::Exited(1)))),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn bad_heap_size_is_an_error() {
+    for bad in ["lots", "100T"] {
+        let r = run_job(PE, 2, &["rma"], &[("SHMEM_SYMMETRIC_SIZE", bad)]);
+        assert!(
+            matches!(r.first_failure, Some((_, PeEnd::Exited(1)))),
+            "{bad}: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn nothing_left_in_dev_shm() {
+    let r = run_job(PE, 4, &["rma"], &[]);
+    assert_ok(&r, "rma");
+    assert!(shm_leftovers().is_empty(), "{:?}", shm_leftovers());
+}
+
+#[test]
+fn torchrun_variables_alone_start_a_job() {
+    // Blank the shmemrun variables: only RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT remain,
+    // so rank 0 hosts the store on MASTER_PORT+1.
+    let env = [("SHMEM_RANK", ""), ("SHMEM_NRANKS", ""), ("SHMEM_STORE_ADDR", ""), ("SHMEM_JOB_SECRET", ""), ("SHMEM_STORE_EXTERNAL", "")];
+    at_sizes("bootstrap", &[1, 3], &env);
+}
