@@ -135,6 +135,62 @@ fn nothing_left_in_dev_shm() {
 fn torchrun_variables_alone_start_a_job() {
     // Blank the shmemrun variables: only RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT remain,
     // so rank 0 hosts the store on MASTER_PORT+1.
-    let env = [("SHMEM_RANK", ""), ("SHMEM_NRANKS", ""), ("SHMEM_STORE_ADDR", ""), ("SHMEM_JOB_SECRET", ""), ("SHMEM_STORE_EXTERNAL", "")];
+    let env = [
+        ("SHMEM_RANK", ""),
+        ("SHMEM_NRANKS", ""),
+        ("SHMEM_STORE_ADDR", ""),
+        ("SHMEM_JOB_SECRET", ""),
+        ("SHMEM_STORE_EXTERNAL", ""),
+    ];
     at_sizes("bootstrap", &[1, 3], &env);
+}
+
+#[test]
+fn whole_p2p_suite_with_sdma_forced() {
+    let sdma = [("SHMEM_TEST_ENGINE", "SDMA")];
+    for scenario in [
+        "bootstrap",
+        "rma",
+        "atomics",
+        "signals",
+        "signal_stress",
+        "waits",
+        "alloc",
+        "errors",
+        "bulk",
+    ] {
+        at_sizes(scenario, &[2, 3, 4, 8], &sdma);
+    }
+    at_sizes("fetch_add_stress", &[8], &sdma);
+}
+
+#[test]
+fn bulk_copies_through_the_default_routes() {
+    at_sizes("bulk", &[1, 2, 3, 4], &[]);
+}
+
+#[test]
+fn streams_order_errors_and_events() {
+    at_sizes("streams", &[1, 2, 3, 4, 8], &[]);
+    at_sizes("streams", &[2, 4], &[("SHMEM_TEST_ENGINE", "SDMA")]);
+}
+
+#[test]
+fn handles_wait_and_await() {
+    at_sizes("handles", &[1, 2, 4], &[]);
+    at_sizes("handles", &[2], &[("SHMEM_TEST_ENGINE", "SDMA")]);
+}
+
+#[test]
+fn two_instances_of_different_sizes() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let range = format!("{port}:{}", port + 3);
+    at_sizes(
+        "instances",
+        &[2, 3],
+        &[("SHMEM_INSTANCE_PORT_RANGE", &range)],
+    );
 }

@@ -670,6 +670,306 @@ fn kill_in_wait(pe: &Shmem) -> Result<()> {
     }
 }
 
+/// Large copies (split across engine threads), non-blocking large copies,
+/// put_signal_nbi ordering, and memory outside the heap.
+fn bulk(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let (r, l) = (right(me, n), left(me, n));
+    let len = 3 << 20;
+    let big = pe.calloc::<u32>(len / 4)?;
+    let data: Vec<u32> = (0..len as u32 / 4).map(|i| i ^ (me as u32) << 24).collect();
+    pe.put(&big, &data, r)?;
+    pe.barrier_all()?;
+    let got = pe.read_local(&big)?;
+    check!(
+        me,
+        got.iter()
+            .enumerate()
+            .all(|(i, &v)| v == i as u32 ^ (l as u32) << 24),
+        "large put"
+    );
+    let mut back = vec![0u32; len / 4];
+    pe.get(&mut back, &big, r)?;
+    check!(me, back == data, "large get");
+    // put_nbi of a large block, completed by quiet.
+    let other = pe.calloc::<u32>(len / 4)?;
+    // SAFETY: `data` lives until quiet below.
+    unsafe { pe.put_nbi(&other, &data, r)? };
+    pe.quiet()?;
+    pe.barrier_all()?;
+    check!(me, pe.read_local(&other)? == got, "large put_nbi");
+    // put_signal_nbi: the receiver sees the whole block once the signal is set.
+    let sig = pe.calloc::<u64>(1)?;
+    let payload: Vec<u32> = vec![0xC0DE_0000 | me as u32; len / 4];
+    pe.barrier_all()?;
+    // SAFETY: `payload` lives until quiet below.
+    unsafe { pe.put_signal_nbi(&big, &payload, sig.at(0)?, 9, SignalOp::Set, r)? };
+    pe.signal_wait_until(sig.at(0)?, Cmp::Eq, 9)?;
+    let got = pe.read_local(&big)?;
+    check!(
+        me,
+        got.iter().all(|&v| v == 0xC0DE_0000 | l as u32),
+        "data was not complete when the signal arrived"
+    );
+    pe.quiet()?;
+    // Static data of another PE (outside the heap), by address.
+    static TARGET: std::sync::Mutex<[u8; 16]> = std::sync::Mutex::new([0; 16]);
+    let addr = {
+        let g = TARGET
+            .lock()
+            .map_err(|_| Error::invalid("lock", "poisoned"))?;
+        g.as_ptr() as usize
+    };
+    let addrs = pe.bootstrap().allgather(&(addr as u64).to_le_bytes())?;
+    let raddr = u64::from_le_bytes(addrs[r][..8].try_into().unwrap_or_default()) as usize;
+    if pe.runtime().engines().contains(&"SDMA") && n > 1 {
+        // SAFETY: the target is a live static of the same program on PE r.
+        unsafe { pe.runtime().put_to_address(r, raddr, &[me as u8 + 1; 16])? };
+        pe.barrier_all()?;
+        let mine = *TARGET
+            .lock()
+            .map_err(|_| Error::invalid("lock", "poisoned"))?;
+        check!(me, mine == [l as u8 + 1; 16], "put_to_address {mine:?}");
+        let mut peek = [0u8; 16];
+        pe.runtime().get_from_address(r, raddr, &mut peek)?;
+        check!(me, peek == [me as u8 + 1; 16], "get_from_address {peek:?}");
+        let bad = pe.runtime().get_from_address(r, 8, &mut peek);
+        expect_err(me, bad, "process_vm_readv")?;
+    }
+    pe.barrier_all()?;
+    pe.free(sig)?;
+    pe.free(other)?;
+    pe.free(big)
+}
+
+/// Stream ordering, error propagation, events, host callbacks, barriers.
+fn streams(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let (r, l) = (right(me, n), left(me, n));
+    let rounds = 200u64;
+    let slot = pe.calloc::<u64>(64)?;
+    let src = pe.calloc::<u64>(64)?;
+    let sig = pe.calloc::<u64>(2)?;
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = pe.create_stream()?;
+    // Interleaved puts and signals: each round overwrites the slot, then
+    // signals; the receiver's stream waits for each round in order.
+    for round in 1..=rounds {
+        s.put_owned(&slot, vec![round * 1000 + me as u64; 64], r)?;
+        s.signal_op(sig.at(0)?, round, SignalOp::Set, r)?;
+        s.signal_wait_until(sig.at(0)?, Cmp::Ge, round)?;
+        let (lg, rt, sl) = (log.clone(), pe.runtime().clone(), slot.at(0)?);
+        s.host_fn(move || {
+            let first = rt.g(sl, rt.my_pe())?;
+            lg.lock()
+                .map_err(|_| Error::invalid("lock", "poisoned"))?
+                .push(first);
+            Ok(())
+        })?;
+        // The sender may not overwrite the slot before this round was read.
+        s.signal_op(sig.at(1)?, round, SignalOp::Set, l)?;
+        s.signal_wait_until(sig.at(1)?, Cmp::Ge, round)?;
+    }
+    s.synchronize()?;
+    check!(me, s.query(), "stream idle after synchronize");
+    let seen = log
+        .lock()
+        .map_err(|_| Error::invalid("lock", "poisoned"))?
+        .clone();
+    let want: Vec<u64> = (1..=rounds).map(|rd| rd * 1000 + l as u64).collect();
+    check!(
+        me,
+        seen == want,
+        "stream order: first mismatch at {:?}",
+        seen.iter().zip(&want).position(|(a, b)| a != b)
+    );
+    // Symmetric-to-symmetric put, get and put_signal on the stream.
+    pe.write_local(&src, &[me as u64 + 7; 64])?;
+    pe.barrier_all()?;
+    s.put_signal(&slot, &src, sig.at(0)?, rounds + 1, SignalOp::Set, r)?;
+    s.signal_wait_until(sig.at(0)?, Cmp::Eq, rounds + 1)?;
+    s.synchronize()?;
+    check!(
+        me,
+        pe.read_local(&slot)? == vec![l as u64 + 7; 64],
+        "stream put_signal"
+    );
+    pe.barrier_all()?;
+    s.get(&slot, &src, r)?;
+    s.synchronize()?;
+    check!(
+        me,
+        pe.read_local(&slot)? == vec![r as u64 + 7; 64],
+        "stream get"
+    );
+    // An error surfaces at synchronize, names the operation, and the stream stays usable.
+    s.put_owned(&slot, vec![1u64; 4], n + 3)?;
+    s.put_owned(&slot, vec![2u64; 4], me)?; // skipped: queued behind the failure
+    let err = s.synchronize();
+    expect_err(me, err, &format!("put of 32 bytes to PE {}", n + 3))?;
+    check!(
+        me,
+        pe.read_local(slot.slice(0..4)?)? != vec![2u64; 4],
+        "op behind a failure ran"
+    );
+    s.put_owned(&slot, vec![3u64; 4], me)?;
+    s.synchronize()?;
+    check!(
+        me,
+        pe.read_local(slot.slice(0..4)?)? == vec![3u64; 4],
+        "stream unusable after an error"
+    );
+    // Events: stream b waits for stream a's event.
+    let a = pe.create_stream()?;
+    let b = pe.create_stream()?;
+    let ev = shmem::Event::new();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (o1, o2) = (order.clone(), order.clone());
+    a.host_fn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        o1.lock()
+            .map_err(|_| Error::invalid("lock", "poisoned"))?
+            .push("a");
+        Ok(())
+    })?;
+    a.record(&ev)?;
+    b.wait_event(&ev)?;
+    b.host_fn(move || {
+        o2.lock()
+            .map_err(|_| Error::invalid("lock", "poisoned"))?
+            .push("b");
+        Ok(())
+    })?;
+    b.synchronize()?;
+    ev.synchronize()?;
+    check!(me, ev.query(), "event reached");
+    check!(
+        me,
+        *order
+            .lock()
+            .map_err(|_| Error::invalid("lock", "poisoned"))?
+            == vec!["a", "b"],
+        "event order"
+    );
+    // A barrier on a stream, then quiet.
+    pe.barrier_all_on_stream(&a)?;
+    a.quiet()?;
+    a.synchronize()?;
+    pe.barrier_all()?;
+    pe.free(sig)?;
+    pe.free(src)?;
+    pe.free(slot)
+}
+
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+}
+
+/// Non-blocking handles: wait, and `.await` through a minimal executor.
+fn handles(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let (r, l) = (right(me, n), left(me, n));
+    let len = 1 << 20;
+    let dst = pe.calloc::<u16>(len)?;
+    let h = pe.put_handle(&dst, vec![me as u16; len], r)?;
+    let buf = h.wait()?;
+    check!(me, buf.len() == len, "handle returned the buffer");
+    pe.barrier_all()?;
+    check!(
+        me,
+        pe.read_local(&dst)?.iter().all(|&v| v == l as u16),
+        "handle put"
+    );
+    let fetched = block_on(pe.get_handle(vec![0u16; len], &dst, r)?)?;
+    check!(me, fetched.iter().all(|&v| v == me as u16), "awaited get");
+    pe.barrier_all()?; // everyone has read before anyone overwrites below
+    let small = block_on(pe.put_handle(dst.slice(0..3)?, vec![9u16, 8, 7], me)?)?;
+    check!(
+        me,
+        small == vec![9, 8, 7] && pe.read_local(dst.slice(0..3)?)? == vec![9, 8, 7],
+        "awaited put"
+    );
+    expect_err(
+        me,
+        pe.put_handle(&dst, vec![0u16; len + 1], r),
+        "do not fit",
+    )?;
+    pe.barrier_all()?;
+    pe.free(dst)
+}
+
+/// Two runtime instances of different sizes in one process, used concurrently.
+fn instances(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let (r, l) = (right(me, n), left(me, n));
+    let second = shmem::init_with(shmem::JoinMethod::Environment, Some(8 << 20), 1, None)?;
+    check!(
+        me,
+        second.instance() == 1 && second.heap_size() == 8 << 20,
+        "second instance"
+    );
+    check!(
+        me,
+        pe.heap_size() != second.heap_size(),
+        "instances share a heap"
+    );
+    let a = pe.calloc::<u64>(1024)?;
+    let b = second.calloc::<u64>(1024)?;
+    let (p1, p2) = (pe.clone(), second.clone());
+    let t = std::thread::spawn(move || -> Result<()> {
+        for i in 0..200u64 {
+            p2.put(b.slice(0..8)?, &[i; 8], r)?;
+        }
+        p2.put(b.slice(8..16)?, &[0xB; 8], r)?;
+        p2.barrier_all()?;
+        let got = p2.read_local(b.slice(8..16)?)?;
+        if got != vec![0xB; 8] {
+            return Err(Error::invalid("check", format!("instance 1 data {got:?}")));
+        }
+        p2.free(b)
+    });
+    for i in 0..200u64 {
+        p1.put(a.slice(0..8)?, &[i + 1000; 8], r)?;
+    }
+    pe.put(a.slice(8..16)?, &[0xA0 + l as u64; 8], r)?;
+    pe.barrier_all()?;
+    t.join()
+        .map_err(|_| Error::invalid("thread", "instance 1 thread panicked"))??;
+    check!(
+        me,
+        pe.read_local(a.slice(8..16)?)? == vec![0xA0 + ((l + n - 1) % n) as u64; 8],
+        "instance 0 data"
+    );
+    // A buffer of one instance used with the other is an error.
+    let wrong = second.put(&a, &[1u64], r);
+    expect_err(
+        me,
+        wrong,
+        "belongs to instance 0 but was used with instance 1",
+    )?;
+    shmem::set_instance(1)?;
+    check!(me, shmem::current()?.instance() == 1, "set_instance");
+    shmem::set_instance(0)?;
+    pe.free(a)?;
+    second.finalize()?;
+    expect_err(me, shmem::instance(1), "not initialized")?;
+    Ok(())
+}
+
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();
     let pe = match shmem::init() {
@@ -691,6 +991,10 @@ fn main() {
         "errors" => errors(&pe).map(|_| std::process::exit(0)),
         "kill_in_barrier" => kill_in_barrier(&pe),
         "kill_in_wait" => kill_in_wait(&pe),
+        "bulk" => bulk(&pe),
+        "streams" => streams(&pe),
+        "handles" => handles(&pe),
+        "instances" => instances(&pe),
         other => Err(Error::invalid(
             "scenario",
             format!("unknown scenario {other:?}"),
