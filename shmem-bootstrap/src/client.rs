@@ -119,6 +119,8 @@ pub struct JoinParams {
     pub init_timeout: Duration,
     /// Timeout of each later call.
     pub call_timeout: Duration,
+    /// Time to declare a silent link dead.
+    pub link_timeout: Duration,
 }
 
 /// Validates rank and job size.
@@ -170,7 +172,7 @@ impl TcpBootstrap {
             }
             std::thread::sleep(Duration::from_millis(50));
         };
-        let _ = stream.set_nodelay(true);
+        shmem_core::net::tune(&stream, p.link_timeout);
         let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
         write_frame(
             &mut stream,
@@ -426,6 +428,10 @@ impl Bootstrap for TcpBootstrap {
         let mine = if root == self.rank { data } else { &[] };
         let mut all = self.collective(mine, self.timeout, "broadcast")?;
         Ok(std::mem::take(&mut all[root]))
+    }
+    fn local_ip(&self) -> Option<std::net::IpAddr> {
+        let w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        w.local_addr().ok().map(|a| a.ip())
     }
     fn check_peers(&self) -> Result<()> {
         if !self.shared.failed.load(Ordering::Relaxed) {

@@ -223,7 +223,7 @@ pub fn parse_url(url: &str) -> Result<SocketAddr> {
 
 /// Address rank 0's store binds to for UniqueId init: `SHMEM_BOOTSTRAP_ADDR`
 /// if set, else the first up, non-loopback IPv4 interface, else 127.0.0.1.
-pub fn default_bind_ip(configured: &str) -> Result<IpAddr> {
+pub fn default_bind_ip(configured: &str, ifname: &str) -> Result<IpAddr> {
     let c = configured.trim();
     if !c.is_empty() {
         return c.parse().map_err(|_| Error::Config {
@@ -232,10 +232,22 @@ pub fn default_bind_ip(configured: &str) -> Result<IpAddr> {
             reason: "not an IP address".into(),
         });
     }
-    Ok(first_interface_ipv4().map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4))
+    let ifname = ifname.trim();
+    if !ifname.is_empty() {
+        return interface_ipv4(Some(ifname))
+            .map(IpAddr::V4)
+            .ok_or_else(|| Error::Config {
+                name: "SHMEM_BOOTSTRAP_IFNAME",
+                value: ifname.to_string(),
+                reason: "no such interface with an IPv4 address that is up".into(),
+            });
+    }
+    Ok(interface_ipv4(None).map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4))
 }
 
-fn first_interface_ipv4() -> Option<Ipv4Addr> {
+/// The IPv4 address of interface `name`, or of the first up, non-loopback
+/// interface when `name` is `None`.
+pub fn interface_ipv4(name: Option<&str>) -> Option<Ipv4Addr> {
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills a list we free below.
     if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
@@ -249,7 +261,16 @@ fn first_interface_ipv4() -> Option<Ipv4Addr> {
         cur = ifa.ifa_next;
         let up = ifa.ifa_flags & (libc::IFF_UP as u32) != 0;
         let lo = ifa.ifa_flags & (libc::IFF_LOOPBACK as u32) != 0;
-        if !up || lo || ifa.ifa_addr.is_null() {
+        if !up || ifa.ifa_addr.is_null() {
+            continue;
+        }
+        if let Some(want) = name {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            let have = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+            if have.to_bytes() != want.as_bytes() {
+                continue;
+            }
+        } else if lo {
             continue;
         }
         // SAFETY: ifa_addr is non-null and points to a sockaddr.

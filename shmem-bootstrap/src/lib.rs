@@ -119,8 +119,8 @@ pub fn launch_env(
             .iter()
             .find_map(|n| lookup(n).filter(|v| !v.trim().is_empty()).map(|v| (*n, v)))
     };
-    let rank = pick(&[env::RANK, env::TORCH_RANK]);
-    let nranks = pick(&[env::NRANKS, env::TORCH_WORLD_SIZE]);
+    let rank = pick(&[env::RANK, env::TORCH_RANK, "SLURM_PROCID"]);
+    let nranks = pick(&[env::NRANKS, env::TORCH_WORLD_SIZE, "SLURM_NTASKS"]);
     let (rank, nranks) = match (rank, nranks) {
         (None, None) => return Ok(None),
         (Some((rn, r)), Some((nn, n))) => (parse_num(rn, &r)?, parse_num(nn, &n)?),
@@ -159,6 +159,38 @@ pub fn launch_env(
         )
     } else if nranks == 1 {
         (SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0), false)
+    } else if lookup(env::TORCH_MASTER_ADDR).is_none() && lookup("SLURM_PROCID").is_some() {
+        // Slurm: rank 0 runs on the first node of the allocation.
+        let list = lookup("SLURM_JOB_NODELIST")
+            .or_else(|| lookup("SLURM_NODELIST"))
+            .ok_or_else(|| {
+                Error::invalid(
+                    "SLURM_JOB_NODELIST",
+                    "srun set SLURM_PROCID but no node list",
+                )
+            })?;
+        let host = first_host(&list).ok_or_else(|| Error::Config {
+            name: "SLURM_JOB_NODELIST",
+            value: list.clone(),
+            reason: "no host in the node list".into(),
+        })?;
+        let port = if config.bootstrap_port.trim().is_empty() {
+            let job: u64 = lookup("SLURM_JOB_ID")
+                .and_then(|j| j.trim().parse().ok())
+                .unwrap_or(0);
+            20000 + (job % 20000) as u16
+        } else {
+            config
+                .bootstrap_port
+                .trim()
+                .parse::<u16>()
+                .map_err(|_| Error::Config {
+                    name: "SHMEM_BOOTSTRAP_PORT",
+                    value: config.bootstrap_port.clone(),
+                    reason: "not a port number".into(),
+                })?
+        };
+        (resolve("SLURM_JOB_NODELIST", &host, port)?, true)
     } else {
         let host = lookup(env::TORCH_MASTER_ADDR).ok_or_else(|| {
             Error::invalid(
@@ -194,7 +226,9 @@ pub fn launch_env(
     let secret = match lookup(env::JOB_SECRET).filter(|s| !s.trim().is_empty()) {
         Some(hex) => ids::from_hex(&hex)?,
         None => {
-            let run = lookup("TORCHELASTIC_RUN_ID").unwrap_or_default();
+            let run = lookup("TORCHELASTIC_RUN_ID")
+                .or_else(|| lookup("SLURM_JOB_ID"))
+                .unwrap_or_default();
             ids::derived_secret(&format!("{run}|{store_addr}|{nranks}|{torch}"))
         }
     };
@@ -208,6 +242,38 @@ pub fn launch_env(
         secret,
         external_store,
     }))
+}
+
+/// The first host of a Slurm host list (`node[01-04,07],gpu5` -> `node01`).
+pub fn first_host(list: &str) -> Option<String> {
+    let mut depth = 0;
+    let end = list
+        .char_indices()
+        .find(|&(_, c)| {
+            match c {
+                '[' => depth += 1,
+                ']' => depth -= 1,
+                ',' if depth == 0 => return true,
+                _ => {}
+            }
+            false
+        })
+        .map_or(list.len(), |(i, _)| i);
+    let entry = list[..end].trim();
+    if entry.is_empty() {
+        return None;
+    }
+    match entry.split_once('[') {
+        None => Some(entry.to_string()),
+        Some((prefix, rest)) => {
+            let (inner, suffix) = rest.split_once(']')?;
+            let first = inner.split(',').next()?.split('-').next()?.trim();
+            if first.is_empty() {
+                return None;
+            }
+            Some(format!("{prefix}{first}{suffix}"))
+        }
+    }
 }
 
 fn params(
@@ -224,6 +290,7 @@ fn params(
         secret,
         init_timeout: config.init_timeout,
         call_timeout: config.bootstrap_timeout,
+        link_timeout: config.link_timeout,
     }
 }
 
@@ -347,7 +414,7 @@ static PENDING: Mutex<Vec<StoreServer>> = Mutex::new(Vec::new());
 /// other PEs need. Binds `SHMEM_BOOTSTRAP_ADDR` (or this host's first
 /// interface) on a free port.
 pub fn get_unique_id(config: &Config) -> Result<UniqueId> {
-    let ip = ids::default_bind_ip(&config.bootstrap_addr)?;
+    let ip = ids::default_bind_ip(&config.bootstrap_addr, &config.bootstrap_ifname)?;
     let secret = ids::new_secret()?;
     let server = StoreServer::bind(SocketAddr::new(ip, 0), None, secret.clone())?;
     let uid = UniqueId {
@@ -457,6 +524,31 @@ mod tests {
         let le = launch_env(&c, lookup(&t)).unwrap().unwrap();
         assert_eq!((le.rank, le.nranks, le.store_addr.port()), (1, 3, 29501));
         assert!(launch_env(&c, |_| None).unwrap().is_none());
+    }
+
+    #[test]
+    fn slurm_variables_start_a_job() {
+        assert_eq!(first_host("node[01-04,07],gpu5").as_deref(), Some("node01"));
+        assert_eq!(first_host("gpu5,node[1-2]").as_deref(), Some("gpu5"));
+        assert_eq!(first_host("rack[3]-n"), Some("rack3-n".to_string()));
+        assert_eq!(first_host(""), None);
+        let c = cfg();
+        let m: HashMap<&str, String> = [
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_JOB_NODELIST", "localhost"),
+            ("SLURM_JOB_ID", "12345"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a, b.to_string()))
+        .collect();
+        let le = launch_env(&c, lookup(&m)).unwrap().unwrap();
+        assert_eq!(
+            (le.rank, le.nranks, le.store_addr.port()),
+            (3, 8, 20000 + 12345)
+        );
+        assert!(!le.external_store);
     }
 
     #[test]
@@ -606,6 +698,7 @@ mod tests {
                         secret: u.secret.clone(),
                         init_timeout: c.init_timeout,
                         call_timeout: c.bootstrap_timeout,
+                        link_timeout: c.link_timeout,
                     };
                     TcpBootstrap::join(p, None)
                         .map(|_| ())

@@ -18,6 +18,9 @@ use shmem_core::{shmem_log, Error, Result};
 
 use crate::protocol::{read_frame, write_frame, Reply, Request};
 
+/// Time after which a member whose link went silent counts as exited.
+const LINK_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long a new connection may take to present its HELLO.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -249,7 +252,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 }
 
 fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
-    let _ = stream.set_nodelay(true);
+    shmem_core::net::tune(&stream, LINK_TIMEOUT);
     let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
     let hello = match read_frame(&mut stream).map(|f| f.map(|b| Request::decode(&b))) {

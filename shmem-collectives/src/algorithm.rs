@@ -2,9 +2,10 @@
 //! variables, parsed once, and the automatic choice by size and team.
 //!
 //! The choice must be the same on every PE of a team. It depends only on
-//! the team size, the element count and type (which the entry handshake
-//! checks) and on the configuration (whose forced algorithm is part of the
-//! handshake too, so PEs run with different settings fail instead of hanging).
+//! the team size, the element count and type (which the entry handshake of
+//! each call checks) and on the configuration (compared across PEs once, in
+//! `Collectives::new`, so PEs run with different settings fail instead of
+//! hanging).
 
 use shmem_core::{Config, Error, Result};
 
@@ -158,11 +159,12 @@ impl AlgorithmChoice {
         })
     }
 
-    /// A stable number summarising the forced choices, folded into every
-    /// collective's handshake.
+    /// A stable number summarising the forced choices (compared across PEs
+    /// at set-up).
     pub(crate) fn fingerprint(&self) -> u64 {
         fn idx<T: PartialEq>(all: &[T], v: Option<T>) -> u64 {
-            v.and_then(|v| all.iter().position(|a| *a == v)).map_or(0, |i| i as u64 + 1)
+            v.and_then(|v| all.iter().position(|a| *a == v))
+                .map_or(0, |i| i as u64 + 1)
         }
         let parts = [
             idx(BarrierAlgorithm::ALL, self.barrier),
@@ -184,11 +186,12 @@ impl AlgorithmChoice {
     /// Broadcast of `bytes` over `n` PEs: the root puts to everyone when the
     /// team is small and the data fits in a few pages, a tree otherwise.
     pub fn broadcast(&self, n: usize, bytes: usize) -> BroadcastAlgorithm {
-        self.broadcast.unwrap_or(if n <= 2 || (n <= 8 && bytes <= 16 << 10) {
-            BroadcastAlgorithm::Direct
-        } else {
-            BroadcastAlgorithm::Binomial
-        })
+        self.broadcast
+            .unwrap_or(if n <= 2 || (n <= 8 && bytes <= 16 << 10) {
+                BroadcastAlgorithm::Direct
+            } else {
+                BroadcastAlgorithm::Binomial
+            })
     }
 
     /// Allgather of `block_bytes` per PE over `n` PEs (the ring spreads the
@@ -199,16 +202,18 @@ impl AlgorithmChoice {
 
     /// Collect whose largest block is `max_block_bytes`.
     pub fn collect(&self, n: usize, max_block_bytes: usize) -> GatherAlgorithm {
-        self.collect.unwrap_or_else(|| auto_gather(n, max_block_bytes))
+        self.collect
+            .unwrap_or_else(|| auto_gather(n, max_block_bytes))
     }
 
     /// Alltoall of `block_bytes` per pair over `n` PEs.
     pub fn alltoall(&self, n: usize, block_bytes: usize) -> AlltoallAlgorithm {
-        self.alltoall.unwrap_or(if n > 8 && block_bytes >= 32 << 10 {
-            AlltoallAlgorithm::Pairwise
-        } else {
-            AlltoallAlgorithm::Direct
-        })
+        self.alltoall
+            .unwrap_or(if n > 8 && block_bytes >= 32 << 10 {
+                AlltoallAlgorithm::Pairwise
+            } else {
+                AlltoallAlgorithm::Direct
+            })
     }
 
     /// Reduction of `bytes` over `n` PEs: recursive doubling for small
@@ -246,13 +251,19 @@ mod tests {
     #[test]
     fn names_parse_and_unknown_names_the_variable() {
         assert_eq!(BroadcastAlgorithm::parse("auto").unwrap(), None);
-        assert_eq!(BroadcastAlgorithm::parse(" Binomial ").unwrap(), Some(BroadcastAlgorithm::Binomial));
+        assert_eq!(
+            BroadcastAlgorithm::parse(" Binomial ").unwrap(),
+            Some(BroadcastAlgorithm::Binomial)
+        );
         assert_eq!(
             ReduceAlgorithm::parse("recursive-doubling").unwrap(),
             Some(ReduceAlgorithm::RecursiveDoubling)
         );
         let err = AlltoallAlgorithm::parse("bruck").unwrap_err().to_string();
-        assert!(err.contains("SHMEM_ALLTOALL_ALGORITHM") && err.contains("pairwise"), "{err}");
+        assert!(
+            err.contains("SHMEM_ALLTOALL_ALGORITHM") && err.contains("pairwise"),
+            "{err}"
+        );
         for a in ScanAlgorithm::ALL {
             assert_eq!(ScanAlgorithm::parse(a.name()).unwrap(), Some(*a));
         }
@@ -271,7 +282,8 @@ mod tests {
         assert_eq!(c.fcollect, None);
         assert_eq!(c.barrier(), BarrierAlgorithm::Linear);
         assert_ne!(c.fingerprint(), AlgorithmChoice::default().fingerprint());
-        let bad = Config::from_lookup(|n| (n == "SHMEM_COLLECT_ALGORITHM").then(|| "x".into())).unwrap();
+        let bad =
+            Config::from_lookup(|n| (n == "SHMEM_COLLECT_ALGORITHM").then(|| "x".into())).unwrap();
         let err = AlgorithmChoice::from_config(&bad).unwrap_err().to_string();
         assert!(err.contains("SHMEM_COLLECT_ALGORITHM"), "{err}");
     }

@@ -39,7 +39,14 @@ impl Collectives {
     /// (`shmem_alltoall`): block `j` of this PE's `source` lands in block
     /// `my_pe` of team PE `j`'s `dest`. Both hold `n_pes * nelems` elements
     /// and must not overlap.
-    pub fn alltoall<T: Element>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nelems: usize) -> Result<()> {
+    pub fn alltoall<T: Element>(
+        &self,
+        team: &Team,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
+        nelems: usize,
+    ) -> Result<()> {
+        let (dest, source) = (dest.into(), source.into());
         let rt = &self.rt;
         let n = team.n_pes();
         let local = (|| {
@@ -48,8 +55,13 @@ impl Collectives {
             check_sym(rt, "dest", &dest, total)?;
             check_disjoint(&dest, total, &source, total, false)
         })();
-        let algo = self.algorithms.alltoall(n, nelems * std::mem::size_of::<T>());
-        let desc = Desc::new("alltoall").with_type::<T>().with(nelems as u64).with(algo as u64);
+        let algo = self
+            .algorithms
+            .alltoall(n, nelems * std::mem::size_of::<T>());
+        let desc = Desc::new("alltoall")
+            .with_type::<T>()
+            .with(nelems as u64)
+            .with(algo as u64);
         let describe = || format!("{nelems} x {}", std::any::type_name::<T>());
         let mut call = self.begin(team, "alltoall", desc, local, &describe)?;
         if nelems == 0 {
@@ -73,12 +85,13 @@ impl Collectives {
     pub fn alltoalls<T: Element>(
         &self,
         team: &Team,
-        dest: SymSlice<T>,
-        source: SymSlice<T>,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
         dst: usize,
         sst: usize,
         nelems: usize,
     ) -> Result<()> {
+        let (dest, source) = (dest.into(), source.into());
         let rt = &self.rt;
         let n = team.n_pes();
         let extent = |stride: usize| -> Result<usize> {
@@ -97,14 +110,21 @@ impl Collectives {
             check_sym(rt, "dest", &dest, dlen)?;
             check_disjoint(&dest, dlen, &source, slen, false)
         })();
-        let algo = self.algorithms.alltoall(n, nelems * std::mem::size_of::<T>());
+        let algo = self
+            .algorithms
+            .alltoall(n, nelems * std::mem::size_of::<T>());
         let desc = Desc::new("alltoalls")
             .with_type::<T>()
             .with(nelems as u64)
             .with(dst as u64)
             .with(sst as u64)
             .with(algo as u64);
-        let describe = || format!("{nelems} x {}, dst {dst}, sst {sst}", std::any::type_name::<T>());
+        let describe = || {
+            format!(
+                "{nelems} x {}, dst {dst}, sst {sst}",
+                std::any::type_name::<T>()
+            )
+        };
         let mut call = self.begin(team, "alltoalls", desc, local, &describe)?;
         if nelems == 0 {
             return Ok(());
@@ -112,7 +132,8 @@ impl Collectives {
         let me = call.me;
         // SAFETY: source is never a target of this call.
         let src = unsafe { rt.local_slice(source.slice(..extent(sst)?)?)? };
-        let pack = |j: usize| -> Vec<T> { (0..nelems).map(|k| src[sst * (j * nelems + k)]).collect() };
+        let pack =
+            |j: usize| -> Vec<T> { (0..nelems).map(|k| src[sst * (j * nelems + k)]).collect() };
         let first = dst * me * nelems;
         let to_dest = dest.slice(first..)?;
         let own = pack(me);
@@ -120,7 +141,10 @@ impl Collectives {
             rt.write_local(dest.slice(first..first + nelems)?, &own)?;
         } else {
             for (k, v) in own.iter().enumerate() {
-                rt.write_local(dest.slice(first + k * dst..first + k * dst + 1)?, std::slice::from_ref(v))?;
+                rt.write_local(
+                    dest.slice(first + k * dst..first + k * dst + 1)?,
+                    std::slice::from_ref(v),
+                )?;
             }
         }
         exchange(&mut call, algo, |call, to| {

@@ -14,11 +14,12 @@ impl Collectives {
     pub fn broadcast<T: Element>(
         &self,
         team: &Team,
-        dest: SymSlice<T>,
-        source: SymSlice<T>,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
         nelems: usize,
         root: usize,
     ) -> Result<()> {
+        let (dest, source) = (dest.into(), source.into());
         let rt = &self.rt;
         let n = team.n_pes();
         let is_root = team.my_pe() == root;
@@ -33,7 +34,9 @@ impl Collectives {
             }
             Ok(())
         })();
-        let algo = self.algorithms.broadcast(n, nelems * std::mem::size_of::<T>());
+        let algo = self
+            .algorithms
+            .broadcast(n, nelems * std::mem::size_of::<T>());
         let desc = Desc::new("broadcast")
             .with_type::<T>()
             .with(nelems as u64)

@@ -3,7 +3,7 @@
 //!
 //! Every collective starts with a barrier over its team that also compares a
 //! 31-bit fingerprint of the call (operation, element type, counts, root,
-//! forced algorithm). After it, every member is inside the same call with
+//! algorithm). After it, every member is inside the same call with
 //! the same arguments, so:
 //!
 //! * data may be put straight into other PEs' destination buffers (the
@@ -100,7 +100,9 @@ pub(crate) fn ceil_log2(n: usize) -> usize {
 }
 
 /// Collective state of one runtime: the scratch pool, the predefined teams
-/// and the forced algorithms. Create it once per runtime, on every PE.
+/// and the forced algorithms. Create it once per runtime, on every PE; the
+/// pool (`max_teams` slots of signal words and `stage_bytes` of staging)
+/// stays allocated for the runtime's life.
 pub struct Collectives {
     pub(crate) rt: Arc<Runtime>,
     id: u64,
@@ -147,7 +149,8 @@ impl Desc {
         self.bytes(&v.to_le_bytes())
     }
     pub(crate) fn with_type<T: 'static>(self) -> Desc {
-        self.with(std::mem::size_of::<T>() as u64).bytes(std::any::type_name::<T>().as_bytes())
+        self.with(std::mem::size_of::<T>() as u64)
+            .bytes(std::any::type_name::<T>().as_bytes())
     }
     fn value(self) -> u32 {
         ((self.0 ^ (self.0 >> 32)) as u32) & 0x7FFF_FFFF
@@ -180,7 +183,11 @@ impl Call<'_> {
     /// This slot's staging buffer viewed as elements of `T`.
     pub(crate) fn stage<T: Element>(&self) -> SymSlice<T> {
         let off = self.coll.stage.offset() + self.team.inner.slot * self.coll.stage_bytes;
-        SymSlice::from_raw_parts(off, self.coll.stage_bytes / std::mem::size_of::<T>().max(1), self.coll.stage.instance())
+        SymSlice::from_raw_parts(
+            off,
+            self.coll.stage_bytes / std::mem::size_of::<T>().max(1),
+            self.coll.stage.instance(),
+        )
     }
 
     /// `2 * world_size` words of per-call metadata (collect's sizes).
@@ -192,9 +199,15 @@ impl Call<'_> {
 
     /// Puts `src` into `dst` on team PE `to`, then counts one arrival in
     /// `to`'s data word for this PE.
-    pub(crate) fn put_data<T: Element>(&self, to: usize, dst: SymSlice<T>, src: &[T]) -> Result<()> {
+    pub(crate) fn put_data<T: Element>(
+        &self,
+        to: usize,
+        dst: SymSlice<T>,
+        src: &[T],
+    ) -> Result<()> {
         let sig = self.word(self.coll.layout.data(self.me));
-        self.rt.put_signal(dst, src, sig, 1, SignalOp::Add, self.pe(to))
+        self.rt
+            .put_signal(dst, src, sig, 1, SignalOp::Add, self.pe(to))
     }
 
     /// Counts one arrival at team PE `to` without data (after a fence, it
@@ -236,7 +249,12 @@ impl Call<'_> {
                 let (mut round, mut dist) = (0, 1);
                 while dist < n {
                     let w = self.word(self.coll.layout.entry(parity, round));
-                    self.rt.signal_op(w, tag | state as u64, SignalOp::Set, self.pe((me + dist) % n))?;
+                    self.rt.signal_op(
+                        w,
+                        tag | state as u64,
+                        SignalOp::Set,
+                        self.pe((me + dist) % n),
+                    )?;
                     if self.wait_tagged(w, tag)? != state {
                         state = MISMATCH;
                     }
@@ -249,7 +267,8 @@ impl Call<'_> {
                 let release = self.word(self.coll.layout.release());
                 if me != 0 {
                     let w = self.word(self.coll.layout.linear(me));
-                    self.rt.signal_op(w, tag | value as u64, SignalOp::Set, self.pe(0))?;
+                    self.rt
+                        .signal_op(w, tag | value as u64, SignalOp::Set, self.pe(0))?;
                     return self.wait_tagged(release, tag);
                 }
                 let mut state = value;
@@ -259,7 +278,8 @@ impl Call<'_> {
                     }
                 }
                 for j in 1..n {
-                    self.rt.signal_op(release, tag | state as u64, SignalOp::Set, self.pe(j))?;
+                    self.rt
+                        .signal_op(release, tag | state as u64, SignalOp::Set, self.pe(j))?;
                 }
                 Ok(state)
             }
@@ -315,10 +335,27 @@ impl Collectives {
                 format!("{stage_bytes} bytes is below the 4 KiB minimum"),
             ));
         }
+        // Forced algorithms and pool sizing must match everywhere: the
+        // handshake itself depends on them. Checked once, on the slow path.
+        let mut mine = algorithms.fingerprint().to_le_bytes().to_vec();
+        mine.extend_from_slice(&(stage_bytes as u64).to_le_bytes());
+        mine.extend_from_slice(&(opts.max_teams as u64).to_le_bytes());
+        let all = rt.bootstrap().allgather(&mine)?;
+        if let Some(pe) = all.iter().position(|m| *m != mine) {
+            return Err(Error::CollectiveMismatch {
+                op: "Collectives::new",
+                details: format!(
+                    "PE {pe} and PE {} differ in SHMEM_*_ALGORITHM settings or collective options \
+                     (this PE: {algorithms:?}, {stage_bytes} staging bytes, {} teams); use the same on every PE",
+                    rt.my_pe(),
+                    opts.max_teams
+                ),
+            });
+        }
         let layout = SlotLayout::new(n);
-        let stage_total = stage_bytes.checked_mul(opts.max_teams).ok_or_else(|| {
-            Error::invalid("stage_bytes", "stage_bytes * max_teams overflows")
-        })?;
+        let stage_total = stage_bytes
+            .checked_mul(opts.max_teams)
+            .ok_or_else(|| Error::invalid("stage_bytes", "stage_bytes * max_teams overflows"))?;
         let stage_off = rt.malloc_bytes(stage_total, 64)?;
         let stage = SymBuf::from_raw_parts(stage_off, stage_total, rt.instance());
         // Zeroed, then a barrier inside calloc: no PE signals a word before
@@ -326,12 +363,24 @@ impl Collectives {
         let signals = rt.calloc::<u64>(layout.words * opts.max_teams)?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let me = rt.my_pe();
-        let world = Team::new(id, TeamKind::World, 0, (0..n).collect(), n, me, TeamConfig::default())
-            .ok_or_else(|| Error::invalid("rank", format!("PE {me} is not in 0..{n}")))?;
+        let world = Team::new(
+            id,
+            TeamKind::World,
+            0,
+            (0..n).collect(),
+            n,
+            me,
+            TeamConfig::default(),
+        )
+        .ok_or_else(|| Error::invalid("rank", format!("PE {me} is not in 0..{n}")))?;
         let local = rt.topology().local_pes();
         let shared = Team::new(id, TeamKind::Shared, 1, local, n, me, TeamConfig::default())
             .ok_or_else(|| Error::invalid("topology", format!("PE {me} is not on its own node")))?;
-        let all = if opts.max_teams == 64 { u64::MAX } else { (1u64 << opts.max_teams) - 1 };
+        let all = if opts.max_teams == 64 {
+            u64::MAX
+        } else {
+            (1u64 << opts.max_teams) - 1
+        };
         Ok(Arc::new(Collectives {
             rt,
             id,
@@ -407,7 +456,7 @@ impl Collectives {
             n: team.n_pes(),
         };
         let mine = match local {
-            Ok(()) => desc.with(self.algorithms.fingerprint()).value(),
+            Ok(()) => desc.value(),
             Err(_) => BAD_ARGS,
         };
         let agreed = call.handshake(mine)?;
@@ -430,7 +479,10 @@ impl Collectives {
 
     pub(crate) fn check_team(&self, team: &Team) -> Result<()> {
         if team.inner.owner != self.id {
-            return Err(Error::invalid("team", "belongs to another runtime instance"));
+            return Err(Error::invalid(
+                "team",
+                "belongs to another runtime instance",
+            ));
         }
         if team.is_destroyed() {
             return Err(Error::invalid("team", "has been destroyed"));
@@ -443,16 +495,20 @@ impl Collectives {
     /// Waits until every member of `team` has called `sync` (no memory
     /// ordering beyond the signals; see [`Collectives::barrier`]).
     pub fn sync(&self, team: &Team) -> Result<()> {
-        self.begin(team, "sync", Desc::new("sync"), Ok(()), &|| "no arguments".into())
-            .map(|_| ())
+        self.begin(team, "sync", Desc::new("sync"), Ok(()), &|| {
+            "no arguments".into()
+        })
+        .map(|_| ())
     }
 
     /// Completes this PE's outstanding puts and AMOs ([`Runtime::quiet`]),
     /// then synchronises `team`.
     pub fn barrier(&self, team: &Team) -> Result<()> {
         self.rt.quiet()?;
-        self.begin(team, "barrier", Desc::new("sync"), Ok(()), &|| "no arguments".into())
-            .map(|_| ())
+        self.begin(team, "barrier", Desc::new("sync"), Ok(()), &|| {
+            "no arguments".into()
+        })
+        .map(|_| ())
     }
 
     /// [`Collectives::barrier`] over all PEs.
@@ -488,7 +544,8 @@ impl Collectives {
             .with(stride as u64)
             .with(size as u64);
         let describe = || format!("start {start}, stride {stride}, size {size}");
-        let slots = self.agree_free_slots(parent, "team_split_strided", desc, local, &describe, 1)?;
+        let slots =
+            self.agree_free_slots(parent, "team_split_strided", desc, local, &describe, 1)?;
         let members = members.map_err(|reason| Error::invalid("team_split_strided", reason))?;
         Ok(self.make_team(slots[0], members, config.unwrap_or_default()))
     }
@@ -516,13 +573,21 @@ impl Collectives {
         let me = parent.my_pe();
         let row = me / xr;
         let col = me % xr;
-        let xs: Vec<PeId> = (row * xr..((row + 1) * xr).min(n)).map(|i| parent.inner.members[i]).collect();
-        let ys: Vec<PeId> = (col..n).step_by(xr).map(|i| parent.inner.members[i]).collect();
+        let xs: Vec<PeId> = (row * xr..((row + 1) * xr).min(n))
+            .map(|i| parent.inner.members[i])
+            .collect();
+        let ys: Vec<PeId> = (col..n)
+            .step_by(xr)
+            .map(|i| parent.inner.members[i])
+            .collect();
         let x = self.make_team(slots[0], xs, xconfig.unwrap_or_default());
         let y = self.make_team(slots[1], ys, yconfig.unwrap_or_default());
         match (x, y) {
             (Some(x), Some(y)) => Ok((x, y)),
-            _ => Err(Error::invalid("team_split_2d", "this PE fell outside its own row or column")),
+            _ => Err(Error::invalid(
+                "team_split_2d",
+                "this PE fell outside its own row or column",
+            )),
         }
     }
 
@@ -532,9 +597,14 @@ impl Collectives {
     pub fn team_destroy(&self, team: Team) -> Result<()> {
         self.check_team(&team)?;
         if team.inner.kind != TeamKind::Split {
-            return Err(Error::invalid("team", "TEAM_WORLD and TEAM_SHARED cannot be destroyed"));
+            return Err(Error::invalid(
+                "team",
+                "TEAM_WORLD and TEAM_SHARED cannot be destroyed",
+            ));
         }
-        let call = self.begin(&team, "team_destroy", Desc::new("destroy"), Ok(()), &|| "no arguments".into())?;
+        let call = self.begin(&team, "team_destroy", Desc::new("destroy"), Ok(()), &|| {
+            "no arguments".into()
+        })?;
         // Every member has entered destroy and every signal sent to this PE
         // has been consumed, so nothing is in flight to these words: clear
         // them for the slot's next team.
@@ -603,7 +673,12 @@ impl Collectives {
 
 /// Checks that `s` belongs to this runtime, holds at least `need` elements,
 /// lies in the heap and is aligned for `T`.
-pub(crate) fn check_sym<T: Element>(rt: &Runtime, arg: &'static str, s: &SymSlice<T>, need: usize) -> Result<()> {
+pub(crate) fn check_sym<T: Element>(
+    rt: &Runtime,
+    arg: &'static str,
+    s: &SymSlice<T>,
+    need: usize,
+) -> Result<()> {
     if s.instance() != rt.instance() {
         return Err(Error::WrongInstance {
             object: s.instance(),
@@ -647,7 +722,11 @@ pub(crate) fn check_disjoint<T: Element>(
         "dest",
         format!(
             "heap range [{a0:#x}, {a1:#x}) overlaps source range [{b0:#x}, {b1:#x}){}",
-            if same_ok { " (only an exact in-place call is allowed)" } else { "" }
+            if same_ok {
+                " (only an exact in-place call is allowed)"
+            } else {
+                ""
+            }
         ),
     ))
 }
@@ -659,7 +738,11 @@ pub(crate) fn mul(arg: &'static str, a: usize, b: usize) -> Result<usize> {
 }
 
 /// Copies `len` elements within this PE's heap (`copy` semantics: may overlap).
-pub(crate) fn local_copy<T: Element>(rt: &Runtime, dst: SymSlice<T>, src: SymSlice<T>) -> Result<()> {
+pub(crate) fn local_copy<T: Element>(
+    rt: &Runtime,
+    dst: SymSlice<T>,
+    src: SymSlice<T>,
+) -> Result<()> {
     if dst.offset() == src.offset() || src.is_empty() {
         return Ok(());
     }
@@ -669,6 +752,12 @@ pub(crate) fn local_copy<T: Element>(rt: &Runtime, dst: SymSlice<T>, src: SymSli
     // SAFETY: both ranges lie in this PE's heap (checked just above); `copy`
     // allows overlap; no other PE writes these ranges during the call (the
     // handshake has run and the algorithms never target them remotely).
-    unsafe { std::ptr::copy(base.add(src.offset()), base.add(dst.offset()), src.byte_len()) };
+    unsafe {
+        std::ptr::copy(
+            base.add(src.offset()),
+            base.add(dst.offset()),
+            src.byte_len(),
+        )
+    };
     Ok(())
 }

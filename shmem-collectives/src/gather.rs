@@ -10,7 +10,12 @@ use crate::{Collectives, GatherAlgorithm, Team};
 
 /// Moves block `blocks[i]` of this PE's `dest` to every member's `dest`:
 /// this PE's block is already in place locally.
-fn gather_blocks<T: Element>(call: &mut Call<'_>, algo: GatherAlgorithm, dest: SymSlice<T>, blocks: &[Range<usize>]) -> Result<()> {
+fn gather_blocks<T: Element>(
+    call: &mut Call<'_>,
+    algo: GatherAlgorithm,
+    dest: SymSlice<T>,
+    blocks: &[Range<usize>],
+) -> Result<()> {
     let (me, n) = (call.me, call.n);
     if n == 1 {
         return Ok(());
@@ -49,7 +54,14 @@ impl Collectives {
     /// Concatenates `nelems` elements of every member's `source` into every
     /// member's `dest`, in team PE order (`shmem_fcollect`, allgather).
     /// `dest` holds `n_pes * nelems` elements and must not overlap `source`.
-    pub fn fcollect<T: Element>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nelems: usize) -> Result<()> {
+    pub fn fcollect<T: Element>(
+        &self,
+        team: &Team,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
+        nelems: usize,
+    ) -> Result<()> {
+        let (dest, source) = (dest.into(), source.into());
         let rt = &self.rt;
         let n = team.n_pes();
         let local = (|| {
@@ -58,15 +70,24 @@ impl Collectives {
             check_sym(rt, "dest", &dest, total)?;
             check_disjoint(&dest, total, &source, nelems, false)
         })();
-        let algo = self.algorithms.fcollect(n, nelems * std::mem::size_of::<T>());
-        let desc = Desc::new("fcollect").with_type::<T>().with(nelems as u64).with(algo as u64);
+        let algo = self
+            .algorithms
+            .fcollect(n, nelems * std::mem::size_of::<T>());
+        let desc = Desc::new("fcollect")
+            .with_type::<T>()
+            .with(nelems as u64)
+            .with(algo as u64);
         let describe = || format!("{nelems} x {}", std::any::type_name::<T>());
         let mut call = self.begin(team, "fcollect", desc, local, &describe)?;
         if nelems == 0 {
             return Ok(());
         }
         let blocks: Vec<Range<usize>> = (0..n).map(|i| i * nelems..(i + 1) * nelems).collect();
-        local_copy(rt, dest.slice(blocks[call.me].clone())?, source.slice(..nelems)?)?;
+        local_copy(
+            rt,
+            dest.slice(blocks[call.me].clone())?,
+            source.slice(..nelems)?,
+        )?;
         gather_blocks(&mut call, algo, dest, &blocks)
     }
 
@@ -74,7 +95,14 @@ impl Collectives {
     /// team PE order, where each PE contributes its own `nelems`
     /// (`shmem_collect`). Returns the total number of elements gathered. An
     /// error on every PE if any member's `dest` is too small.
-    pub fn collect<T: Element>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nelems: usize) -> Result<usize> {
+    pub fn collect<T: Element>(
+        &self,
+        team: &Team,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
+        nelems: usize,
+    ) -> Result<usize> {
+        let (dest, source) = (dest.into(), source.into());
         let rt = &self.rt;
         let local = (|| {
             check_sym(rt, "source", &source, nelems)?;
@@ -82,7 +110,13 @@ impl Collectives {
             check_disjoint(&dest, dest.len(), &source, nelems, false)
         })();
         let desc = Desc::new("collect").with_type::<T>();
-        let describe = || format!("{nelems} x {} (dest of {})", std::any::type_name::<T>(), dest.len());
+        let describe = || {
+            format!(
+                "{nelems} x {} (dest of {})",
+                std::any::type_name::<T>(),
+                dest.len()
+            )
+        };
         let mut call = self.begin(team, "collect", desc, local, &describe)?;
         let (me, n) = (call.me, call.n);
 
@@ -119,7 +153,9 @@ impl Collectives {
                 ),
             });
         }
-        let algo = self.algorithms.collect(n, largest * std::mem::size_of::<T>());
+        let algo = self
+            .algorithms
+            .collect(n, largest * std::mem::size_of::<T>());
         local_copy(rt, dest.slice(blocks[me].clone())?, source.slice(..nelems)?)?;
         gather_blocks(&mut call, algo, dest, &blocks)?;
         Ok(total)

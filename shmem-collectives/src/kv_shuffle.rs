@@ -23,7 +23,11 @@ pub struct KvCacheLayout {
 impl KvCacheLayout {
     /// Elements in one block.
     pub fn block_elems(&self) -> Result<usize> {
-        mul("kv_heads * page_size * head_dim", mul("kv_heads * page_size", self.kv_heads, self.page_size)?, self.head_dim)
+        mul(
+            "kv_heads * page_size * head_dim",
+            mul("kv_heads * page_size", self.kv_heads, self.page_size)?,
+            self.head_dim,
+        )
     }
 
     /// Elements in the whole cache.
@@ -50,7 +54,10 @@ pub fn kv_shuffle_roles(table: &[[i64; 2]], n_pes: usize) -> Result<Vec<KvRole>>
     if table.len() != n_pes {
         return Err(Error::invalid(
             "shuffle_table",
-            format!("has {} rows, the job has {n_pes} PEs (one [pair_pe, op] row per PE)", table.len()),
+            format!(
+                "has {} rows, the job has {n_pes} PEs (one [pair_pe, op] row per PE)",
+                table.len()
+            ),
         ));
     }
     let pair_of = |i: usize| -> Result<Option<usize>> {
@@ -75,7 +82,10 @@ pub fn kv_shuffle_roles(table: &[[i64; 2]], n_pes: usize) -> Result<Vec<KvRole>>
         if pair_of(p)? != Some(i) {
             return Err(Error::invalid(
                 "shuffle_table",
-                format!("row {i} pairs PE {i} with PE {p}, but row {p} pairs PE {p} with {}", table[p][0]),
+                format!(
+                    "row {i} pairs PE {i} with PE {p}, but row {p} pairs PE {p} with {}",
+                    table[p][0]
+                ),
             ));
         }
         let (op, their) = (table[i][1], table[p][1]);
@@ -110,12 +120,13 @@ impl Collectives {
     pub fn kv_shuffle<T: Element>(
         &self,
         shuffle_table: &[[i64; 2]],
-        key_cache: SymSlice<T>,
-        value_cache: SymSlice<T>,
+        key_cache: impl Into<SymSlice<T>>,
+        value_cache: impl Into<SymSlice<T>>,
         layout: KvCacheLayout,
         src_block_table: &[i64],
         dst_block_table: &[i64],
     ) -> Result<()> {
+        let (key_cache, value_cache) = (key_cache.into(), value_cache.into());
         let rt = &self.rt;
         let team = &self.world_ref();
         let me = rt.my_pe();
@@ -141,11 +152,21 @@ impl Collectives {
                         ),
                     ));
                 }
-                for (name, t) in [("src_block_table", src_block_table), ("dst_block_table", dst_block_table)] {
-                    if let Some((i, b)) = t.iter().enumerate().find(|(_, &b)| b < 0 || b as u64 >= layout.blocks as u64) {
+                for (name, t) in [
+                    ("src_block_table", src_block_table),
+                    ("dst_block_table", dst_block_table),
+                ] {
+                    if let Some((i, b)) = t
+                        .iter()
+                        .enumerate()
+                        .find(|(_, &b)| b < 0 || b as u64 >= layout.blocks as u64)
+                    {
                         return Err(Error::invalid(
                             name,
-                            format!("entry {i} is block {b}, outside 0..{} (PE {me})", layout.blocks),
+                            format!(
+                                "entry {i} is block {b}, outside 0..{} (PE {me})",
+                                layout.blocks
+                            ),
                         ));
                     }
                 }
@@ -161,7 +182,12 @@ impl Collectives {
         for row in shuffle_table {
             desc = desc.with(row[0] as u64).with(row[1] as u64);
         }
-        let describe = || format!("a {}-row shuffle table and layout {layout:?}", shuffle_table.len());
+        let describe = || {
+            format!(
+                "a {}-row shuffle table and layout {layout:?}",
+                shuffle_table.len()
+            )
+        };
         let mut call = self.begin(team, "kv_shuffle", desc, local, &describe)?;
         match role {
             KvRole::Idle => Ok(()),

@@ -40,7 +40,7 @@
 //!     let src = rt.malloc::<i64>(4)?;
 //!     let dst = rt.malloc::<i64>(4)?;
 //!     rt.write_local(&src, &[rt.my_pe() as i64; 4])?;
-//!     coll.sum_reduce(&world, dst.as_sym(), src.as_sym(), 4)?;
+//!     coll.sum_reduce(&world, &dst, &src, 4)?;
 //!     let n = rt.n_pes() as i64;
 //!     assert_eq!(rt.read_local(&dst)?, vec![n * (n - 1) / 2; 4]);
 //!
@@ -64,10 +64,20 @@ mod reduce;
 mod team;
 
 pub use algorithm::{
-    AlgorithmChoice, AlltoallAlgorithm, BarrierAlgorithm, BroadcastAlgorithm, GatherAlgorithm, ReduceAlgorithm,
-    ScanAlgorithm,
+    AlgorithmChoice, AlltoallAlgorithm, BarrierAlgorithm, BroadcastAlgorithm, GatherAlgorithm,
+    ReduceAlgorithm, ScanAlgorithm,
 };
 pub use collectives::{Collectives, CollectivesOptions};
 pub use kv_shuffle::{kv_shuffle_roles, KvCacheLayout, KvRole};
 pub use reduce::{BitwiseReducible, ReduceOp, Reducible, ScanKind};
 pub use team::{Team, TeamConfig};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn handles_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<crate::Collectives>();
+        send_sync::<crate::Team>();
+    }
+}

@@ -85,7 +85,13 @@ pub trait Reducible: Element + PartialOrd {
 pub trait BitwiseReducible: Reducible {}
 
 fn bitwise_on_float(op: ReduceOp) -> Error {
-    Error::invalid("op", format!("`{}` reduction needs an integer type, not a float", op.name()))
+    Error::invalid(
+        "op",
+        format!(
+            "`{}` reduction needs an integer type, not a float",
+            op.name()
+        ),
+    )
 }
 
 macro_rules! int_reducible {
@@ -163,7 +169,11 @@ fn staged<T: Element>(call: &Call<'_>, at: usize, len: usize) -> Result<Vec<T>> 
 
 /// Allreduce of `data` (private memory, same length everywhere) over the
 /// call's team by recursive doubling; the result replaces `data`.
-pub(crate) fn rd_allreduce<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, data: &mut [T]) -> Result<()> {
+pub(crate) fn rd_allreduce<T: Reducible>(
+    call: &mut Call<'_>,
+    op: ReduceOp,
+    data: &mut [T],
+) -> Result<()> {
     let n = call.n;
     if n == 1 || data.is_empty() {
         return Ok(());
@@ -179,12 +189,22 @@ pub(crate) fn rd_allreduce<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, data
     if slot_elems == 0 {
         return Err(Error::invalid(
             "stage_bytes",
-            format!("{} bytes cannot hold {} staging slots", call.coll.stage_bytes, 2 * slots),
+            format!(
+                "{} bytes cannot hold {} staging slots",
+                call.coll.stage_bytes,
+                2 * slots
+            ),
         ));
     }
     let stage = call.stage::<T>();
     let slot = |parity: usize, s: usize| (parity * slots + s) * slot_elems;
-    let to_pe = |newrank: usize| if newrank < rem { newrank * 2 + 1 } else { newrank + rem };
+    let to_pe = |newrank: usize| {
+        if newrank < rem {
+            newrank * 2 + 1
+        } else {
+            newrank + rem
+        }
+    };
     for (ci, chunk) in data.chunks_mut(slot_elems).enumerate() {
         let parity = ci % 2;
         let len = chunk.len();
@@ -219,7 +239,12 @@ pub(crate) fn rd_allreduce<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, data
 
 /// Allreduce by ring reduce-scatter + allgather; the result lands in `dest`
 /// on every PE. `acc` holds this PE's contribution and is consumed.
-fn ring_allreduce<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, acc: &mut [T], dest: SymSlice<T>) -> Result<()> {
+fn ring_allreduce<T: Reducible>(
+    call: &mut Call<'_>,
+    op: ReduceOp,
+    acc: &mut [T],
+    dest: SymSlice<T>,
+) -> Result<()> {
     let (n, me) = (call.n, call.me);
     let succ = (me + 1) % n;
     let pred = (me + n - 1) % n;
@@ -237,7 +262,11 @@ fn ring_allreduce<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, acc: &mut [T]
         for s in 0..n - 1 {
             let b = (me + n - s) % n;
             let r = block(b);
-            call.put_data(succ, stage.slice(r.clone())?, &acc[base + r.start..base + r.end])?;
+            call.put_data(
+                succ,
+                stage.slice(r.clone())?,
+                &acc[base + r.start..base + r.end],
+            )?;
             let b = (me + 2 * n - s - 1) % n;
             let r = block(b);
             call.wait_data(pred, 1)?;
@@ -247,7 +276,8 @@ fn ring_allreduce<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, acc: &mut [T]
         // Allgather of the reduced blocks, straight into the destinations.
         let mine = block((me + 1) % n);
         let d = dest.slice(base + mine.start..base + mine.end)?;
-        call.rt.write_local(d, &acc[base + mine.start..base + mine.end])?;
+        call.rt
+            .write_local(d, &acc[base + mine.start..base + mine.end])?;
         for s in 0..n - 1 {
             let b = (me + 1 + n - s) % n;
             let r = block(b);
@@ -271,10 +301,11 @@ impl Collectives {
         &self,
         team: &Team,
         op: ReduceOp,
-        dest: SymSlice<T>,
-        source: SymSlice<T>,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
         nreduce: usize,
     ) -> Result<()> {
+        let (dest, source) = (dest.into(), source.into());
         let rt = &self.rt;
         let local = (|| {
             if op.is_bitwise() && !T::BITWISE {
@@ -288,9 +319,21 @@ impl Collectives {
             Ok(()) => rt.read_local(source.slice(..nreduce)?)?,
             Err(_) => Vec::new(),
         };
-        let algo = self.algorithms.reduce(team.n_pes(), nreduce * std::mem::size_of::<T>());
-        let desc = Desc::new("reduce").with_type::<T>().with(op as u64).with(nreduce as u64).with(algo as u64);
-        let describe = || format!("op {}, {nreduce} x {}", op.name(), std::any::type_name::<T>());
+        let algo = self
+            .algorithms
+            .reduce(team.n_pes(), nreduce * std::mem::size_of::<T>());
+        let desc = Desc::new("reduce")
+            .with_type::<T>()
+            .with(op as u64)
+            .with(nreduce as u64)
+            .with(algo as u64);
+        let describe = || {
+            format!(
+                "op {}, {nreduce} x {}",
+                op.name(),
+                std::any::type_name::<T>()
+            )
+        };
         let mut call = self.begin(team, "reduce", desc, local, &describe)?;
         if nreduce == 0 {
             return Ok(());
@@ -306,37 +349,79 @@ impl Collectives {
     }
 
     /// Sum reduction (`shmem_TYPE_sum_reduce`).
-    pub fn sum_reduce<T: Reducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+    pub fn sum_reduce<T: Reducible>(
+        &self,
+        team: &Team,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
+        nreduce: usize,
+    ) -> Result<()> {
         self.reduce(team, ReduceOp::Sum, dest, source, nreduce)
     }
 
     /// Product reduction (`shmem_TYPE_prod_reduce`).
-    pub fn prod_reduce<T: Reducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+    pub fn prod_reduce<T: Reducible>(
+        &self,
+        team: &Team,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
+        nreduce: usize,
+    ) -> Result<()> {
         self.reduce(team, ReduceOp::Prod, dest, source, nreduce)
     }
 
     /// Minimum reduction (`shmem_TYPE_min_reduce`).
-    pub fn min_reduce<T: Reducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+    pub fn min_reduce<T: Reducible>(
+        &self,
+        team: &Team,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
+        nreduce: usize,
+    ) -> Result<()> {
         self.reduce(team, ReduceOp::Min, dest, source, nreduce)
     }
 
     /// Maximum reduction (`shmem_TYPE_max_reduce`).
-    pub fn max_reduce<T: Reducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+    pub fn max_reduce<T: Reducible>(
+        &self,
+        team: &Team,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
+        nreduce: usize,
+    ) -> Result<()> {
         self.reduce(team, ReduceOp::Max, dest, source, nreduce)
     }
 
     /// Bitwise-and reduction (`shmem_TYPE_and_reduce`).
-    pub fn and_reduce<T: BitwiseReducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+    pub fn and_reduce<T: BitwiseReducible>(
+        &self,
+        team: &Team,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
+        nreduce: usize,
+    ) -> Result<()> {
         self.reduce(team, ReduceOp::And, dest, source, nreduce)
     }
 
     /// Bitwise-or reduction (`shmem_TYPE_or_reduce`).
-    pub fn or_reduce<T: BitwiseReducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+    pub fn or_reduce<T: BitwiseReducible>(
+        &self,
+        team: &Team,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
+        nreduce: usize,
+    ) -> Result<()> {
         self.reduce(team, ReduceOp::Or, dest, source, nreduce)
     }
 
     /// Bitwise-xor reduction (`shmem_TYPE_xor_reduce`).
-    pub fn xor_reduce<T: BitwiseReducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nreduce: usize) -> Result<()> {
+    pub fn xor_reduce<T: BitwiseReducible>(
+        &self,
+        team: &Team,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
+        nreduce: usize,
+    ) -> Result<()> {
         self.reduce(team, ReduceOp::Xor, dest, source, nreduce)
     }
 
@@ -348,10 +433,11 @@ impl Collectives {
         team: &Team,
         op: ReduceOp,
         kind: ScanKind,
-        dest: SymSlice<T>,
-        source: SymSlice<T>,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
         nelems: usize,
     ) -> Result<()> {
+        let (dest, source) = (dest.into(), source.into());
         let rt = &self.rt;
         let local = (|| {
             if op.is_bitwise() && !T::BITWISE {
@@ -372,7 +458,13 @@ impl Collectives {
             .with(kind as u64)
             .with(nelems as u64)
             .with(algo as u64);
-        let describe = || format!("op {}, {kind:?}, {nelems} x {}", op.name(), std::any::type_name::<T>());
+        let describe = || {
+            format!(
+                "op {}, {kind:?}, {nelems} x {}",
+                op.name(),
+                std::any::type_name::<T>()
+            )
+        };
         let mut call = self.begin(team, "scan", desc, local, &describe)?;
         if nelems == 0 {
             return Ok(());
@@ -385,19 +477,51 @@ impl Collectives {
     }
 
     /// Inclusive sum scan.
-    pub fn sum_inscan<T: Reducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nelems: usize) -> Result<()> {
-        self.scan(team, ReduceOp::Sum, ScanKind::Inclusive, dest, source, nelems)
+    pub fn sum_inscan<T: Reducible>(
+        &self,
+        team: &Team,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
+        nelems: usize,
+    ) -> Result<()> {
+        self.scan(
+            team,
+            ReduceOp::Sum,
+            ScanKind::Inclusive,
+            dest,
+            source,
+            nelems,
+        )
     }
 
     /// Exclusive sum scan (PE 0 gets zeros).
-    pub fn sum_exscan<T: Reducible>(&self, team: &Team, dest: SymSlice<T>, source: SymSlice<T>, nelems: usize) -> Result<()> {
-        self.scan(team, ReduceOp::Sum, ScanKind::Exclusive, dest, source, nelems)
+    pub fn sum_exscan<T: Reducible>(
+        &self,
+        team: &Team,
+        dest: impl Into<SymSlice<T>>,
+        source: impl Into<SymSlice<T>>,
+        nelems: usize,
+    ) -> Result<()> {
+        self.scan(
+            team,
+            ReduceOp::Sum,
+            ScanKind::Exclusive,
+            dest,
+            source,
+            nelems,
+        )
     }
 }
 
 /// PE i waits for PE i-1's inclusive prefix (put straight into its dest),
 /// combines and passes its own on.
-fn linear_scan<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, kind: ScanKind, dest: SymSlice<T>, x: Vec<T>) -> Result<()> {
+fn linear_scan<T: Reducible>(
+    call: &mut Call<'_>,
+    op: ReduceOp,
+    kind: ScanKind,
+    dest: SymSlice<T>,
+    x: Vec<T>,
+) -> Result<()> {
     let (me, n) = (call.me, call.n);
     let rt = call.rt;
     let (incl, excl) = if me == 0 {
@@ -422,12 +546,21 @@ fn linear_scan<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, kind: ScanKind, 
 /// Hillis-Steele: in round k PE i sends its running prefix to PE i + 2^k.
 /// Round k has its own staging slot; chunks are separated by a sync because
 /// lower PEs never wait for higher ones and could otherwise run ahead.
-fn rd_scan<T: Reducible>(call: &mut Call<'_>, op: ReduceOp, kind: ScanKind, dest: SymSlice<T>, x: Vec<T>) -> Result<()> {
+fn rd_scan<T: Reducible>(
+    call: &mut Call<'_>,
+    op: ReduceOp,
+    kind: ScanKind,
+    dest: SymSlice<T>,
+    x: Vec<T>,
+) -> Result<()> {
     let (me, n) = (call.me, call.n);
     let rounds = crate::collectives::ceil_log2(n).max(1);
     let slot_elems = call.coll.stage_bytes / rounds / std::mem::size_of::<T>();
     if slot_elems == 0 {
-        return Err(Error::invalid("stage_bytes", "too small for a scan of this type"));
+        return Err(Error::invalid(
+            "stage_bytes",
+            "too small for a scan of this type",
+        ));
     }
     let stage = call.stage::<T>();
     for (ci, chunk) in x.chunks(slot_elems).enumerate() {

@@ -178,7 +178,9 @@ pub(crate) fn strided_members(
         return Err("size must be at least 1".into());
     }
     if stride == 0 && size > 1 {
-        return Err(format!("stride 0 is only valid for a team of size 1, not {size}"));
+        return Err(format!(
+            "stride 0 is only valid for a team of size 1, not {size}"
+        ));
     }
     let mut out = Vec::with_capacity(size);
     for i in 0..size {

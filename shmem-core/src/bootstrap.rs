@@ -36,6 +36,12 @@ pub trait Bootstrap: Send + Sync {
     /// Ends the whole job: every PE exits with `status` (OpenSHMEM `global_exit`).
     /// Returns only if the message could not be delivered.
     fn abort(&self, status: i32, message: &str) -> Result<()>;
+    /// The local IP address this PE uses to reach the job's control plane:
+    /// an address its peers can reach it at (engines bind their listeners
+    /// there). `None` if unknown.
+    fn local_ip(&self) -> Option<std::net::IpAddr> {
+        None
+    }
     /// Leaves the job cleanly (collective). Later calls fail.
     fn finalize(&self) -> Result<()>;
 }

@@ -251,6 +251,15 @@ config_table! {
     /// Scan algorithm.
     scan_algorithm: String = "SHMEM_SCAN_ALGORITHM", "auto",
         "Prefix-scan algorithm: auto, linear or recursive_doubling";
+    /// Time to declare a silent network peer dead.
+    link_timeout: Duration = "SHMEM_LINK_TIMEOUT", "5",
+        "Seconds after which a peer whose TCP link went silent (cable cut, host gone) is reported as exited";
+    /// Software or hardware verbs.
+    roce_provider: String = "SHMEM_ROCE_PROVIDER", "auto",
+        "RoCE provider: auto (hw when an RDMA device is found, else sw), hw (ibverbs) or sw (software verbs over TCP)";
+    /// Interface the bootstrap binds / engines listen on.
+    bootstrap_ifname: String = "SHMEM_BOOTSTRAP_IFNAME", "",
+        "Network interface whose IPv4 address rank 0's store binds to for UniqueId init (overrides the automatic choice)";
     /// Copy-engine threads.
     sdma_engines: u64 = "SHMEM_SDMA_ENGINES", "0",
         "Copy-engine threads of the SDMA transport (0: half the cores, at least 1, at most 8)";

@@ -38,6 +38,7 @@ pub mod config;
 pub mod error;
 pub mod heap;
 pub mod log;
+pub mod net;
 pub mod node_heaps;
 pub mod runtime;
 pub mod stream;

@@ -47,6 +47,20 @@ pub struct LaunchOptions {
     pub kill_grace: Duration,
     /// Stop the whole job after this long (a hang becomes a failure).
     pub timeout: Option<Duration>,
+    /// Number of nodes (each runs its own launcher with `n_pes` PEs).
+    pub nnodes: usize,
+    /// This node's index in `0..nnodes`; its PEs get global ranks
+    /// `node_rank * n_pes ..`.
+    pub node_rank: usize,
+    /// Node 0's address for a multi-node job: its launcher hosts the config
+    /// store on `port + 1` (`port` itself is left to torch as `MASTER_PORT`).
+    pub master: Option<SocketAddr>,
+    /// Let rank 0 host the store at this address instead of the launcher
+    /// (for PEs in another network namespace than the launcher).
+    pub store_on_rank0: Option<SocketAddr>,
+    /// Per-PE command prefix (e.g. `ip netns exec host1`); PE i runs
+    /// `prefix[i] ++ [program] ++ args`. Empty: no prefix.
+    pub prefix: Vec<Vec<OsString>>,
 }
 
 impl LaunchOptions {
@@ -61,6 +75,11 @@ impl LaunchOptions {
             env: Vec::new(),
             kill_grace: Duration::from_secs(2),
             timeout: None,
+            nnodes: 1,
+            node_rank: 0,
+            master: None,
+            store_on_rank0: None,
+            prefix: Vec::new(),
         }
     }
 }
@@ -126,7 +145,7 @@ fn signal_name(sig: i32) -> &'static str {
 /// The outcome of a job.
 #[derive(Debug, Clone)]
 pub struct JobReport {
-    /// How each PE ended, by rank.
+    /// How each of this launcher's PEs ended, by local index.
     pub ends: Vec<PeEnd>,
     /// The first PE that failed, if any.
     pub first_failure: Option<(PeId, PeEnd)>,
@@ -267,31 +286,93 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
             format!("{n} PEs on one machine is more than this launcher supports (4096)"),
         ));
     }
-    let secret = ids::new_secret()?;
-    let store = StoreServer::bind(
-        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
-        Some(n),
-        secret.clone(),
-    )?;
-    let master_port = master_port(store.addr().port())?;
+    if opts.nnodes == 0 || opts.node_rank >= opts.nnodes {
+        return Err(Error::invalid(
+            "--node-rank",
+            format!(
+                "{} is out of range for {} node(s)",
+                opts.node_rank, opts.nnodes
+            ),
+        ));
+    }
+    let world = n
+        .checked_mul(opts.nnodes)
+        .ok_or_else(|| Error::invalid("--nnodes", "too many PEs"))?;
+    let first = opts.node_rank * n;
+    // Where the store lives, whether this launcher hosts it, the job secret,
+    // and the address torch gets as MASTER_ADDR:MASTER_PORT.
+    let (store, store_addr, external, secret, torch_master) =
+        if let Some(addr) = opts.store_on_rank0 {
+            (None, addr, false, ids::new_secret()?, addr)
+        } else if opts.nnodes > 1 {
+            let m = opts.master.ok_or_else(|| {
+                Error::invalid(
+                    "--master-addr",
+                    "a job of several nodes needs node 0's address",
+                )
+            })?;
+            let port = m.port().checked_add(1).ok_or_else(|| {
+                Error::invalid("--master-port", "no port above it for the shmem store")
+            })?;
+            let addr = SocketAddr::new(m.ip(), port);
+            let secret = match std::env::var(env::JOB_SECRET) {
+                Ok(hex) if !hex.trim().is_empty() => ids::from_hex(&hex)?,
+                _ => ids::derived_secret(&format!("shmemrun|{addr}|{world}")),
+            };
+            let store = if opts.node_rank == 0 {
+                let bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
+                Some(StoreServer::bind(
+                    if m.is_ipv6() { addr } else { bind },
+                    Some(world),
+                    secret.clone(),
+                )?)
+            } else {
+                None
+            };
+            (store, addr, true, secret, m)
+        } else {
+            let secret = ids::new_secret()?;
+            let store = StoreServer::bind(
+                SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+                Some(n),
+                secret.clone(),
+            )?;
+            let addr = store.addr();
+            let mp = master_port(addr.port())?;
+            (
+                Some(store),
+                addr,
+                true,
+                secret,
+                SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), mp),
+            )
+        };
     install_handlers();
 
     let mut children: Vec<Option<Child>> = Vec::with_capacity(n);
     let mut forwarders = Vec::new();
     for pe in 0..n {
-        let mut cmd = Command::new(&opts.program);
+        let rank = first + pe;
+        let mut cmd = match opts.prefix.get(pe).filter(|p| !p.is_empty()) {
+            Some(prefix) => {
+                let mut c = Command::new(&prefix[0]);
+                c.args(&prefix[1..]).arg(&opts.program);
+                c
+            }
+            None => Command::new(&opts.program),
+        };
         cmd.args(&opts.args)
-            .env(env::RANK, pe.to_string())
-            .env(env::NRANKS, n.to_string())
-            .env(env::STORE_ADDR, store.addr().to_string())
-            .env(env::STORE_EXTERNAL, "1")
+            .env(env::RANK, rank.to_string())
+            .env(env::NRANKS, world.to_string())
+            .env(env::STORE_ADDR, store_addr.to_string())
+            .env(env::STORE_EXTERNAL, if external { "1" } else { "0" })
             .env(env::JOB_SECRET, ids::to_hex(&secret))
-            .env(env::TORCH_RANK, pe.to_string())
-            .env(env::TORCH_WORLD_SIZE, n.to_string())
+            .env(env::TORCH_RANK, rank.to_string())
+            .env(env::TORCH_WORLD_SIZE, world.to_string())
             .env(env::TORCH_LOCAL_RANK, pe.to_string())
             .env(env::TORCH_LOCAL_WORLD_SIZE, n.to_string())
-            .env(env::TORCH_MASTER_ADDR, "127.0.0.1")
-            .env(env::TORCH_MASTER_PORT, master_port.to_string());
+            .env(env::TORCH_MASTER_ADDR, torch_master.ip().to_string())
+            .env(env::TORCH_MASTER_PORT, torch_master.port().to_string());
         if let Some(e) = &opts.engine {
             cmd.env(env::TEST_ENGINE, e);
         }
@@ -379,8 +460,10 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
             // the others typically exit with an error reporting its death.
             failed_now.sort_by_key(|&(pe, end)| (matches!(end, PeEnd::Exited(_)), pe));
             if let Some(&(pe, end)) = failed_now.first() {
-                first_failure = Some((pe, end));
-                store.report_exit(pe, &format!("it {end}"));
+                first_failure = Some((first + pe, end));
+                if let Some(s) = &store {
+                    s.report_exit(first + pe, &format!("it {end}"));
+                }
                 for c in children.iter().flatten() {
                     signal_group(c, libc::SIGTERM);
                 }

@@ -61,6 +61,8 @@ fn link_transports() {
     shmem_transport_hccs::link();
     #[cfg(feature = "sdma")]
     shmem_transport_sdma::link();
+    #[cfg(feature = "roce")]
+    shmem_transport_roce::link();
 }
 
 /// Library version.

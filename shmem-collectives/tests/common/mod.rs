@@ -35,18 +35,29 @@ where
     R: Send + 'static,
     F: Fn(&Arc<Runtime>, &Collectives) -> Result<R> + Send + Sync + 'static,
 {
+    run_each(vec![cfg; n], body)
+}
+
+/// [`run`] with a configuration per PE (`configs.len()` PEs).
+pub fn run_each<R, F>(configs: Vec<Config>, body: F) -> Vec<Result<R>>
+where
+    R: Send + 'static,
+    F: Fn(&Arc<Runtime>, &Collectives) -> Result<R> + Send + Sync + 'static,
+{
     shmem_transport_hccs::link();
+    let n = configs.len();
     let _guard = JOBS.lock().unwrap_or_else(|p| p.into_inner());
-    let uid = shmem_bootstrap::get_unique_id(&cfg).expect("unique id");
+    let uid = shmem_bootstrap::get_unique_id(&configs[0]).expect("unique id");
     let body = Arc::new(body);
     let (tx, rx) = mpsc::channel();
-    for rank in 0..n {
-        let (cfg, uid, body, tx) = (cfg.clone(), uid.clone(), body.clone(), tx.clone());
+    for (rank, cfg) in configs.into_iter().enumerate() {
+        let (uid, body, tx) = (uid.clone(), body.clone(), tx.clone());
         std::thread::Builder::new()
             .name(format!("pe{rank}"))
             .spawn(move || {
                 let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let bs = shmem_bootstrap::init_with_unique_id(rank, n, &uid, &cfg).expect("bootstrap");
+                    let bs = shmem_bootstrap::init_with_unique_id(rank, n, &uid, &cfg)
+                        .expect("bootstrap");
                     let rt = Runtime::new(
                         Arc::new(bs),
                         RuntimeOptions {
@@ -56,8 +67,7 @@ where
                         },
                     )
                     .expect("runtime");
-                    let coll = Collectives::new(rt.clone()).expect("collectives");
-                    let r = body(&rt, &coll);
+                    let r = Collectives::new(rt.clone()).and_then(|coll| body(&rt, &coll));
                     rt.finalize().expect("finalize");
                     r
                 }));
@@ -86,7 +96,10 @@ where
             }
         }
     }
-    results.into_iter().map(|r| r.expect("every PE reported")).collect()
+    results
+        .into_iter()
+        .map(|r| r.expect("every PE reported"))
+        .collect()
 }
 
 /// [`run`], failing the test if any PE returned an error.

@@ -17,6 +17,10 @@ When a PE fails the others are stopped and shmemrun exits non-zero, naming it.
   --tag-output       prefix every output line with [PE i]
   --env K=V          extra environment variable for every PE
   --timeout SECS     stop the whole job after SECS seconds (exit 124)
+  --nnodes K         the job spans K nodes, each running shmemrun with -n N
+  --node-rank R      this node's index (its PEs get ranks R*N .. R*N+N-1)
+  --master-addr A    node 0's address; its shmemrun hosts the store on port P+1
+  --master-port P    torch's MASTER_PORT on node 0 (default 29500)
   -h, --help         this text";
 
 fn main() {
@@ -48,6 +52,10 @@ fn parse(args: Vec<OsString>) -> Result<Option<LaunchOptions>, String> {
     let mut tag = false;
     let mut env = Vec::new();
     let mut timeout = None;
+    let mut nnodes = 1usize;
+    let mut node_rank = 0usize;
+    let mut master_addr: Option<String> = None;
+    let mut master_port: u16 = 29500;
     let mut it = args.into_iter();
     let program = loop {
         let Some(a) = it.next() else {
@@ -70,6 +78,25 @@ fn parse(args: Vec<OsString>) -> Result<Option<LaunchOptions>, String> {
             }
             "--engine" => engine = Some(value("--engine")?),
             "--tag-output" => tag = true,
+            "--nnodes" => {
+                let v = value("--nnodes")?;
+                nnodes = v
+                    .parse()
+                    .map_err(|_| format!("--nnodes {v:?}: not a number"))?;
+            }
+            "--node-rank" => {
+                let v = value("--node-rank")?;
+                node_rank = v
+                    .parse()
+                    .map_err(|_| format!("--node-rank {v:?}: not a number"))?;
+            }
+            "--master-addr" => master_addr = Some(value("--master-addr")?),
+            "--master-port" => {
+                let v = value("--master-port")?;
+                master_port = v
+                    .parse()
+                    .map_err(|_| format!("--master-port {v:?}: not a port"))?;
+            }
             "--timeout" => {
                 let v = value("--timeout")?;
                 let secs: f64 = v
@@ -98,5 +125,16 @@ fn parse(args: Vec<OsString>) -> Result<Option<LaunchOptions>, String> {
     opts.tag_output = tag;
     opts.env = env;
     opts.timeout = timeout;
+    opts.nnodes = nnodes;
+    opts.node_rank = node_rank;
+    if let Some(a) = master_addr {
+        use std::net::ToSocketAddrs;
+        let addr = (a.as_str(), master_port)
+            .to_socket_addrs()
+            .map_err(|e| format!("--master-addr {a:?}: {e}"))?
+            .next()
+            .ok_or(format!("--master-addr {a:?}: no address"))?;
+        opts.master = Some(addr);
+    }
     Ok(Some(opts))
 }

@@ -149,6 +149,7 @@ fn rma(pe: &Shmem) -> Result<()> {
     // SAFETY: the source is the first 20 elements of our own symmetric object.
     let overlap = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), 20) }.to_vec();
     pe.put(s.slice(5..25)?, &overlap, me)?;
+    pe.quiet()?; // delivery (not just source reuse) is guaranteed by quiet
     let got = pe.read_local(&s)?;
     check!(
         me,

@@ -1,0 +1,255 @@
+//! Mismatched or invalid arguments are errors on every PE, never corruption
+//! or a hang, and the team stays usable afterwards.
+
+mod common;
+
+use shmem_collectives::ReduceOp;
+use shmem_core::{Error, Result};
+
+fn is_mismatch(e: &Error) -> bool {
+    matches!(e, Error::CollectiveMismatch { .. })
+}
+
+/// Runs `bad` then a correct barrier + broadcast on every PE of a job of `n`;
+/// returns what `bad` returned on each PE.
+fn after_recovery<F>(n: usize, bad: F) -> Vec<Result<()>>
+where
+    F: Fn(&shmem_core::Runtime, &shmem_collectives::Collectives) -> Result<()>
+        + Send
+        + Sync
+        + 'static,
+{
+    common::run_ok(n, common::config(|_| {}), move |rt, coll| {
+        let outcome = bad(rt, coll);
+        // The team is still in step: a barrier and a checked broadcast work.
+        coll.barrier_all()?;
+        let buf = rt.malloc::<u32>(4)?;
+        let src = rt.malloc::<u32>(4)?;
+        rt.write_local(&src, &[7, 8, 9, 10])?;
+        coll.broadcast(&coll.world(), buf.as_sym(), src.as_sym(), 4, rt.n_pes() - 1)?;
+        assert_eq!(rt.read_local(&buf)?, vec![7, 8, 9, 10]);
+        Ok(outcome)
+    })
+}
+
+#[test]
+fn different_roots_fail_everywhere() {
+    for n in [2, 3, 5, 8] {
+        let out = after_recovery(n, |rt, coll| {
+            let d = rt.malloc::<i64>(8)?;
+            let s = rt.malloc::<i64>(8)?;
+            let root = if rt.my_pe() == 0 { 0 } else { 1 };
+            rt.write_local(&d, &[5; 8])?;
+            let r = coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), 8, root);
+            assert_eq!(
+                rt.read_local(&d)?,
+                vec![5; 8],
+                "a failed broadcast wrote data"
+            );
+            r
+        });
+        for (pe, r) in out.iter().enumerate() {
+            let e = r.as_ref().expect_err("mismatched roots must fail");
+            assert!(is_mismatch(e), "PE {pe}: {e}");
+            assert!(e.to_string().contains("broadcast"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn different_counts_fail_everywhere() {
+    let out = after_recovery(4, |rt, coll| {
+        let d = rt.malloc::<f32>(16)?;
+        let s = rt.malloc::<f32>(16)?;
+        let count = if rt.my_pe() == 2 { 15 } else { 16 };
+        coll.sum_reduce(&coll.world(), d.as_sym(), s.as_sym(), count)
+    });
+    assert!(
+        out.iter().all(|r| r.as_ref().is_err_and(is_mismatch)),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn different_collectives_fail_everywhere() {
+    let out = after_recovery(3, |rt, coll| {
+        let d = rt.malloc::<u64>(3)?;
+        let s = rt.malloc::<u64>(1)?;
+        if rt.my_pe() == 1 {
+            coll.fcollect(&coll.world(), d.as_sym(), s.as_sym(), 1)
+        } else {
+            coll.barrier_all()
+        }
+    });
+    assert!(
+        out.iter().all(|r| r.as_ref().is_err_and(is_mismatch)),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn different_types_fail_everywhere() {
+    let out = after_recovery(2, |rt, coll| {
+        let a = rt.malloc::<u32>(2)?;
+        let b = rt.malloc::<i32>(2)?;
+        let c = rt.malloc::<u32>(2)?;
+        let d = rt.malloc::<i32>(2)?;
+        if rt.my_pe() == 0 {
+            coll.max_reduce(&coll.world(), a.as_sym(), c.as_sym(), 2)
+        } else {
+            coll.max_reduce(&coll.world(), b.as_sym(), d.as_sym(), 2)
+        }
+    });
+    assert!(
+        out.iter().all(|r| r.as_ref().is_err_and(is_mismatch)),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn one_bad_buffer_fails_everywhere() {
+    let out = after_recovery(4, |rt, coll| {
+        let d = rt.malloc::<u8>(4 * 10)?;
+        let s = rt.malloc::<u8>(10)?;
+        let dest = if rt.my_pe() == 3 {
+            d.slice(..39)?
+        } else {
+            d.as_sym()
+        };
+        coll.fcollect(&coll.world(), dest, s.as_sym(), 10)
+    });
+    for (pe, r) in out.iter().enumerate() {
+        let e = r.as_ref().expect_err("must fail");
+        if pe == 3 {
+            assert!(
+                matches!(e, Error::InvalidArgument { arg: "dest", .. }),
+                "{e}"
+            );
+        } else {
+            assert!(is_mismatch(e), "PE {pe}: {e}");
+        }
+    }
+}
+
+#[test]
+fn invalid_arguments_everywhere_are_local_errors() {
+    let out = after_recovery(3, |rt, coll| {
+        let d = rt.malloc::<f64>(4)?;
+        coll.reduce(&coll.world(), ReduceOp::Xor, d.as_sym(), d.as_sym(), 4)
+    });
+    assert!(
+        out.iter()
+            .all(|r| matches!(r, Err(Error::InvalidArgument { arg: "op", .. }))),
+        "{out:?}"
+    );
+    let out = after_recovery(3, |rt, coll| {
+        let d = rt.malloc::<f64>(4)?;
+        coll.broadcast(&coll.world(), d.as_sym(), d.as_sym(), 4, 3)
+    });
+    assert!(
+        out.iter()
+            .all(|r| matches!(r, Err(Error::PeOutOfRange { pe: 3, n_pes: 3 }))),
+        "{out:?}"
+    );
+    let out = after_recovery(2, |rt, coll| {
+        let d = rt.malloc::<i32>(8)?;
+        // Overlapping, not identical.
+        coll.alltoall(&coll.world(), d.slice(1..5)?, d.slice(0..4)?, 2)
+    });
+    assert!(
+        out.iter()
+            .all(|r| matches!(r, Err(Error::InvalidArgument { .. }))),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn collect_with_a_small_dest_fails_everywhere() {
+    let out = after_recovery(4, |rt, coll| {
+        let d = rt.malloc::<i16>(16)?;
+        let s = rt.malloc::<i16>(4)?;
+        // 4 + 3 + 2 + 1 = 10 elements; PE 2's dest holds 9.
+        let dest = if rt.my_pe() == 2 {
+            d.slice(..9)?
+        } else {
+            d.as_sym()
+        };
+        let n = coll.collect(&coll.world(), dest, s.as_sym(), 4 - rt.my_pe())?;
+        Err(Error::invalid("test", format!("collect of {n} succeeded")))
+    });
+    for r in &out {
+        let e = r.as_ref().expect_err("must fail");
+        assert!(is_mismatch(e) && e.to_string().contains("team PE 2"), "{e}");
+    }
+}
+
+#[test]
+fn different_forced_algorithms_fail_at_setup() {
+    let configs = (0..3)
+        .map(|pe| {
+            common::config(|c| {
+                c.reduce_algorithm = if pe == 0 {
+                    "ring"
+                } else {
+                    "recursive_doubling"
+                }
+                .into();
+            })
+        })
+        .collect();
+    let out = common::run_each(configs, |_, _| Ok(()));
+    for r in out {
+        let e = r.expect_err("setup must fail");
+        assert!(
+            is_mismatch(&e) && e.to_string().contains("SHMEM_*_ALGORITHM"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn bad_split_arguments_fail_everywhere() {
+    let out = after_recovery(4, |_, coll| {
+        let w = coll.world();
+        let start = if coll.runtime().my_pe() == 0 { 0 } else { 1 };
+        coll.team_split_strided(&w, start, 1, 2, None).map(|_| ())
+    });
+    assert!(
+        out.iter().all(|r| r.as_ref().is_err_and(is_mismatch)),
+        "{out:?}"
+    );
+    let out = after_recovery(4, |_, coll| {
+        // Parent PEs 1, 3, 5: outside a team of 4.
+        coll.team_split_strided(&coll.world(), 1, 2, 3, None)
+            .map(|_| ())
+    });
+    assert!(
+        out.iter()
+            .all(|r| matches!(r, Err(Error::InvalidArgument { .. }))),
+        "{out:?}"
+    );
+    let out = after_recovery(2, |_, coll| {
+        coll.team_split_2d(&coll.world(), 0, None, None).map(|_| ())
+    });
+    assert!(
+        out.iter()
+            .all(|r| matches!(r, Err(Error::InvalidArgument { .. }))),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn bad_algorithm_name_fails_at_setup() {
+    common::run_ok(1, common::config(|_| {}), |rt, _| {
+        let mut cfg = rt.config().clone();
+        cfg.scan_algorithm = "bitonic".into();
+        let err = shmem_collectives::AlgorithmChoice::from_config(&cfg)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("SHMEM_SCAN_ALGORITHM") && err.contains("bitonic"),
+            "{err}"
+        );
+        Ok(())
+    });
+}

@@ -1,0 +1,976 @@
+//! The software verbs provider: the RDMA model over TCP.
+//!
+//! Each PE registers its heap under a random remote key and listens on the
+//! address it reaches the job's control plane from. Per remote peer it opens
+//! one connection (its reliable-connected queue pair). Work requests
+//! (WRITE, READ, ATOMIC, SIGNAL) are served in order by a progress thread at
+//! the target, which checks the remote key and the bounds against its
+//! registered heap before touching a byte, writes payloads straight into the
+//! heap, and wakes the target's waiters. Responses (ACK, DATA, OLD, NAK) are
+//! consumed by a completion thread per queue pair; `quiet` waits until every
+//! posted request has completed.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use shmem_core::node_heaps::NodeHeaps;
+use shmem_core::{
+    shmem_log, AmoOp, AmoWidth, Capabilities, Completion, Error, PeId, Result, SignalOp, Transport,
+    TransportInit,
+};
+
+use crate::wire::{self, Opcode, Request, Response, Status, QP_MAGIC, REQUEST_LEN, RESPONSE_LEN};
+use crate::NAME;
+
+/// Largest payload of one work request: larger transfers are split and
+/// pipelined on the queue pair.
+pub const MAX_MESSAGE: usize = 1 << 20;
+
+fn err(reason: impl Into<String>) -> Error {
+    Error::Transport {
+        engine: NAME,
+        reason: reason.into(),
+    }
+}
+
+fn amo_code(op: AmoOp) -> (u64, u64, u64) {
+    match op {
+        AmoOp::Fetch => (0, 0, 0),
+        AmoOp::Set(v) => (1, v, 0),
+        AmoOp::Swap(v) => (2, v, 0),
+        AmoOp::CompareSwap { cond, value } => (3, value, cond),
+        AmoOp::Add(v) => (4, v, 0),
+        AmoOp::And(v) => (5, v, 0),
+        AmoOp::Or(v) => (6, v, 0),
+        AmoOp::Xor(v) => (7, v, 0),
+    }
+}
+
+fn amo_decode(code: u64, b: u64, c: u64) -> Option<AmoOp> {
+    Some(match code {
+        0 => AmoOp::Fetch,
+        1 => AmoOp::Set(b),
+        2 => AmoOp::Swap(b),
+        3 => AmoOp::CompareSwap { cond: c, value: b },
+        4 => AmoOp::Add(b),
+        5 => AmoOp::And(b),
+        6 => AmoOp::Or(b),
+        7 => AmoOp::Xor(b),
+        _ => return None,
+    })
+}
+
+enum Pending {
+    Ack(Completion),
+    Read {
+        dst: usize,
+        len: usize,
+        done: Completion,
+    },
+    Atomic {
+        out: Arc<AtomicU64>,
+        done: Completion,
+    },
+}
+
+impl Pending {
+    fn fail(self, why: &str) {
+        let e = || Err(err(why.to_string()));
+        match self {
+            Pending::Ack(c) | Pending::Read { done: c, .. } | Pending::Atomic { done: c, .. } => {
+                c.finish_part(e())
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    issued: AtomicU64,
+    completed: AtomicU64,
+    error: Mutex<Option<String>>,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Counters {
+    fn complete(&self, error: Option<&str>) {
+        if let Some(e) = error {
+            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| e.to_string());
+        }
+        self.completed.fetch_add(1, Ordering::AcqRel);
+        let _g = self.lock.lock();
+        self.cv.notify_all();
+    }
+}
+
+/// One reliable-connected queue pair to a peer.
+struct QueuePair {
+    pe: PeId,
+    addr: SocketAddr,
+    rkey: u32,
+    writer: Mutex<TcpStream>,
+    next_seq: AtomicU64,
+    pending: Arc<Mutex<HashMap<u64, Pending>>>,
+    failed: Arc<Mutex<Option<String>>>,
+    reader: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl QueuePair {
+    fn lock_pending(&self) -> MutexGuard<'_, HashMap<u64, Pending>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check(&self) -> Result<()> {
+        match &*self.failed.lock().unwrap_or_else(|p| p.into_inner()) {
+            None => Ok(()),
+            Some(why) => Err(Error::PeerExited {
+                pe: self.pe,
+                detail: why.clone(),
+            }),
+        }
+    }
+
+    /// Posts one work request; `pending` is registered before the bytes leave.
+    fn post(
+        &self,
+        counters: &Counters,
+        mut req: Request,
+        payload: &[u8],
+        pending: Pending,
+    ) -> Result<()> {
+        self.check()?;
+        req.rkey = self.rkey;
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        req.seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        self.lock_pending().insert(req.seq, pending);
+        counters.issued.fetch_add(1, Ordering::AcqRel);
+        if let Err(e) = wire::send(&mut *w, &req.encode(), payload) {
+            drop(w);
+            let why = format!("connection to PE {} at {} failed: {e}", self.pe, self.addr);
+            if let Some(p) = self.lock_pending().remove(&req.seq) {
+                p.fail(&why);
+                counters.complete(Some(&why));
+            }
+            return Err(Error::PeerExited {
+                pe: self.pe,
+                detail: why,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn completion_loop(
+    mut s: TcpStream,
+    qp_pe: PeId,
+    addr: SocketAddr,
+    pending: Arc<Mutex<HashMap<u64, Pending>>>,
+    failed: Arc<Mutex<Option<String>>>,
+    counters: Arc<Counters>,
+    stopping: Arc<AtomicBool>,
+) {
+    let why = loop {
+        let mut h = [0u8; RESPONSE_LEN];
+        if let Err(e) = s.read_exact(&mut h) {
+            break format!("connection to PE {qp_pe} at {addr} lost: {e}");
+        }
+        let r = match Response::decode(&h) {
+            Ok(r) => r,
+            Err(e) => break format!("garbage from PE {qp_pe}: {e}"),
+        };
+        let p = pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&r.seq);
+        let Some(p) = p else {
+            break format!("PE {qp_pe} answered unknown request {}", r.seq);
+        };
+        match (r.status, p) {
+            (Status::Ack, Pending::Ack(c)) => {
+                c.finish_part(Ok(()));
+                counters.complete(None);
+            }
+            (Status::Data, Pending::Read { dst, len, done }) if r.len as usize == len => {
+                // SAFETY: the poster keeps `dst` valid for `len` bytes until `done` completes.
+                let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
+                if let Err(e) = s.read_exact(buf) {
+                    let why = format!("connection to PE {qp_pe} lost during a read: {e}");
+                    done.finish_part(Err(err(why.clone())));
+                    counters.complete(Some(&why));
+                    break why;
+                }
+                done.finish_part(Ok(()));
+                counters.complete(None);
+            }
+            (Status::Old, Pending::Atomic { out, done }) => {
+                out.store(r.value, Ordering::Release);
+                done.finish_part(Ok(()));
+                counters.complete(None);
+            }
+            (Status::Nak, p) => {
+                let mut msg = vec![0u8; (r.len as usize).min(4096)];
+                let _ = s.read_exact(&mut msg);
+                let why = format!(
+                    "PE {qp_pe} refused the request: {}",
+                    String::from_utf8_lossy(&msg)
+                );
+                p.fail(&why);
+                counters.complete(Some(&why));
+            }
+            (st, p) => {
+                let why = format!("PE {qp_pe} sent {st:?} for a mismatched request");
+                p.fail(&why);
+                counters.complete(Some(&why));
+                break why;
+            }
+        }
+    };
+    if !stopping.load(Ordering::SeqCst) {
+        shmem_log!(Debug, "ROCE/sw: {why}");
+    }
+    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+    let drained: Vec<Pending> = pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain()
+        .map(|(_, p)| p)
+        .collect();
+    for p in drained {
+        p.fail(&why);
+        counters.complete(Some(&why));
+    }
+}
+
+/// Serves one initiator's queue pair: applies its work requests in order.
+fn serve_qp(mut s: TcpStream, from: PeId, base: usize, heap_size: usize, rkey: u32) {
+    let base = base as *mut u8;
+    let mut out = s.try_clone().ok();
+    loop {
+        let mut h = [0u8; REQUEST_LEN];
+        if s.read_exact(&mut h).is_err() {
+            return;
+        }
+        let Ok(r) = Request::decode(&h) else { return };
+        let Some(w) = out.as_mut() else { return };
+        let payload = if r.op == Opcode::Write { r.len } else { 0 };
+        let nak = |w: &mut TcpStream, why: String| {
+            let resp = Response {
+                status: Status::Nak,
+                seq: r.seq,
+                value: 0,
+                len: why.len() as u64,
+            };
+            wire::send(w, &resp.encode(), why.as_bytes())
+        };
+        let width = if r.op == Opcode::Atomic {
+            r.len
+        } else if r.op == Opcode::Signal {
+            8
+        } else {
+            r.len
+        };
+        let end = r.off.checked_add(width);
+        let bad = if r.rkey != rkey {
+            Some(format!("wrong remote key {:#x} from PE {from}", r.rkey))
+        } else if end.is_none_or(|e| e > heap_size as u64) {
+            Some(format!("range [{:#x}, +{width}) from PE {from} is outside the registered heap of {heap_size} bytes", r.off))
+        } else if matches!(r.op, Opcode::Atomic | Opcode::Signal)
+            && (!matches!(width, 4 | 8) || r.off % width != 0)
+        {
+            Some(format!(
+                "misaligned or bad-width atomic at {:#x} from PE {from}",
+                r.off
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = bad {
+            shmem_log!(Warn, "ROCE/sw: refused: {why}");
+            if wire::drain(&mut s, payload).is_err() || nak(w, why).is_err() {
+                return;
+            }
+            continue;
+        }
+        let off = r.off as usize;
+        let sent = match r.op {
+            Opcode::Write => {
+                // SAFETY: [off, off+len) lies in our registered heap (checked
+                // above); concurrent access is the program's own race, as with
+                // any put.
+                let dst = unsafe { std::slice::from_raw_parts_mut(base.add(off), r.len as usize) };
+                if s.read_exact(dst).is_err() {
+                    return;
+                }
+                NodeHeaps::wake(base);
+                w.write_all(
+                    &Response {
+                        status: Status::Ack,
+                        seq: r.seq,
+                        value: 0,
+                        len: 0,
+                    }
+                    .encode(),
+                )
+            }
+            Opcode::Read => {
+                // SAFETY: in-heap range (checked above).
+                let src = unsafe { std::slice::from_raw_parts(base.add(off), r.len as usize) };
+                let resp = Response {
+                    status: Status::Data,
+                    seq: r.seq,
+                    value: 0,
+                    len: r.len,
+                };
+                wire::send(w, &resp.encode(), src)
+            }
+            Opcode::Atomic => match amo_decode(r.a, r.b, r.c) {
+                Some(op) => {
+                    let wd = if r.len == 4 {
+                        AmoWidth::W32
+                    } else {
+                        AmoWidth::W64
+                    };
+                    // SAFETY: in-heap, aligned word (checked above).
+                    let old = unsafe { NodeHeaps::atomic(base, off, wd, op) };
+                    w.write_all(
+                        &Response {
+                            status: Status::Old,
+                            seq: r.seq,
+                            value: old,
+                            len: 0,
+                        }
+                        .encode(),
+                    )
+                }
+                None => nak(w, format!("unknown atomic {}", r.a)),
+            },
+            Opcode::Signal => {
+                let op = if r.c == 1 {
+                    SignalOp::Add
+                } else {
+                    SignalOp::Set
+                };
+                // SAFETY: in-heap, aligned signal word (checked above).
+                unsafe { NodeHeaps::signal(base, off, op, r.a) };
+                w.write_all(
+                    &Response {
+                        status: Status::Ack,
+                        seq: r.seq,
+                        value: 0,
+                        len: 0,
+                    }
+                    .encode(),
+                )
+            }
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// The engine.
+pub struct SwVerbs {
+    my_pe: PeId,
+    reach: Vec<bool>,
+    qps: Vec<Option<QueuePair>>,
+    counters: Arc<Counters>,
+    stopping: Arc<AtomicBool>,
+    servers: Mutex<Vec<JoinHandle<()>>>,
+    _heap: Arc<dyn shmem_core::Heap>,
+}
+
+impl std::fmt::Debug for SwVerbs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SwVerbs")
+            .field("my_pe", &self.my_pe)
+            .field("reach", &self.reach)
+            .finish()
+    }
+}
+
+fn endpoint_bytes(ip: IpAddr, port: u16, rkey: u32, heap_size: u64) -> Vec<u8> {
+    let mut o = Vec::with_capacity(32);
+    let v6 = match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    };
+    o.extend_from_slice(&v6.octets());
+    o.extend_from_slice(&port.to_le_bytes());
+    o.extend_from_slice(&rkey.to_le_bytes());
+    o.extend_from_slice(&heap_size.to_le_bytes());
+    o
+}
+
+fn parse_endpoint(pe: PeId, b: &[u8]) -> Result<(SocketAddr, u32, u64)> {
+    if b.len() != 30 {
+        return Err(err(format!("PE {pe} sent a {}-byte endpoint", b.len())));
+    }
+    let mut ip = [0u8; 16];
+    ip.copy_from_slice(&b[..16]);
+    let v6 = std::net::Ipv6Addr::from(ip);
+    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+    let port = u16::from_le_bytes([b[16], b[17]]);
+    let rkey = u32::from_le_bytes([b[18], b[19], b[20], b[21]]);
+    let size = u64::from_le_bytes(b[22..30].try_into().unwrap_or([0; 8]));
+    Ok((SocketAddr::new(ip, port), rkey, size))
+}
+
+impl SwVerbs {
+    /// Builds the engine (collective): registers the heap, exchanges
+    /// endpoints and remote keys with one allgather, connects a queue pair
+    /// to every PE in `reach`.
+    pub fn create(init: &TransportInit<'_>, reach: Vec<bool>) -> Result<SwVerbs> {
+        let bs = init.bootstrap;
+        let (me, n) = (bs.rank(), bs.size());
+        let heap = init.heap.clone();
+        let heap_size = heap.size();
+        let base = heap.base().as_ptr() as usize;
+        let link = init.config.link_timeout;
+        let rkey = u32::from_le_bytes(random4());
+        let tag = bs.broadcast(0, &random4())?;
+        let ip = bs.local_ip().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0))
+            .map_err(|e| Error::os(format!("binding the software verbs listener on {ip}"), e))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| Error::os("getsockname", e))?
+            .port();
+        let all = bs.allgather(&endpoint_bytes(ip, port, rkey, heap_size as u64))?;
+        let mut eps = Vec::with_capacity(n);
+        for (pe, b) in all.iter().enumerate() {
+            eps.push(parse_endpoint(pe, b)?);
+        }
+        // Who will connect to us: every PE that reaches us (reach is symmetric).
+        let incoming: Vec<PeId> = (0..n).filter(|&p| reach[p]).collect();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let deadline = Instant::now() + init.config.init_timeout;
+        let tag2 = tag.clone();
+        let reach2 = reach.clone();
+        let accept = std::thread::Builder::new()
+            .name("shmem-roce-accept".into())
+            .spawn(move || -> Result<Vec<JoinHandle<()>>> {
+                let mut servers = Vec::new();
+                let mut joined = vec![false; n];
+                listener.set_nonblocking(true).map_err(|e| Error::os("listener", e))?;
+                while incoming.iter().any(|&p| !joined[p]) {
+                    if Instant::now() >= deadline {
+                        let missing: Vec<_> = incoming.iter().filter(|&&p| !joined[p]).collect();
+                        return Err(err(format!("PEs {missing:?} did not open their queue pairs in time")));
+                    }
+                    let (mut s, peer) = match listener.accept() {
+                        Ok(x) => x,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(2));
+                            continue;
+                        }
+                        Err(e) => return Err(Error::os("accepting a queue pair", e)),
+                    };
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                    let mut hello = [0u8; 8 + 4 + 4];
+                    let ok = s.read_exact(&mut hello).is_ok()
+                        && &hello[..8] == QP_MAGIC
+                        && hello[12..16] == tag2[..];
+                    let from = u32::from_le_bytes([hello[8], hello[9], hello[10], hello[11]]) as usize;
+                    if !ok || from >= n || !reach2[from] || joined[from] {
+                        shmem_log!(Warn, "ROCE/sw: dropped a queue-pair request from {peer} (not a member of this job)");
+                        continue;
+                    }
+                    let _ = s.set_read_timeout(None);
+                    shmem_core::net::tune(&s, link);
+                    if s.write_all(&[1]).is_err() {
+                        continue;
+                    }
+                    joined[from] = true;
+                    let h = std::thread::Builder::new()
+                        .name(format!("shmem-roce-serve-{from}"))
+                        .spawn(move || serve_qp(s, from, base, heap_size, rkey))
+                        .map_err(|e| Error::os("spawning a progress thread", e))?;
+                    servers.push(h);
+                }
+                Ok(servers)
+            })
+            .map_err(|e| Error::os("spawning the accept thread", e))?;
+        let counters = Arc::new(Counters::default());
+        let mut qps: Vec<Option<QueuePair>> = (0..n).map(|_| None).collect();
+        let mut connect_err = None;
+        for pe in 0..n {
+            if !reach[pe] {
+                continue;
+            }
+            let (addr, rk, size) = eps[pe];
+            if size != heap_size as u64 {
+                connect_err = Some(err(format!(
+                    "PE {pe} registered {size} bytes, ours is {heap_size}"
+                )));
+                break;
+            }
+            match connect(addr, me, &tag, link, deadline) {
+                Ok(s) => {
+                    let reader_s = match s.try_clone() {
+                        Ok(r) => r,
+                        Err(e) => {
+                            connect_err = Some(Error::os("cloning a queue-pair socket", e));
+                            break;
+                        }
+                    };
+                    let pending = Arc::new(Mutex::new(HashMap::new()));
+                    let failed = Arc::new(Mutex::new(None));
+                    let (p2, f2, c2, st2) = (
+                        pending.clone(),
+                        failed.clone(),
+                        counters.clone(),
+                        stopping.clone(),
+                    );
+                    let reader = std::thread::Builder::new()
+                        .name(format!("shmem-roce-cq-{pe}"))
+                        .spawn(move || completion_loop(reader_s, pe, addr, p2, f2, c2, st2))
+                        .map_err(|e| Error::os("spawning a completion thread", e))?;
+                    qps[pe] = Some(QueuePair {
+                        pe,
+                        addr,
+                        rkey: rk,
+                        writer: Mutex::new(s),
+                        next_seq: AtomicU64::new(1),
+                        pending,
+                        failed,
+                        reader: Mutex::new(Some(reader)),
+                    });
+                }
+                Err(e) => {
+                    connect_err = Some(e);
+                    break;
+                }
+            }
+        }
+        let servers = accept.join().map_err(|_| err("accept thread panicked"))?;
+        if let Some(e) = connect_err {
+            return Err(e);
+        }
+        let servers = servers?;
+        bs.barrier()?;
+        shmem_log!(
+            Info,
+            "ROCE: software verbs provider, listening on {ip}:{port}"
+        );
+        Ok(SwVerbs {
+            my_pe: me,
+            reach,
+            qps,
+            counters,
+            stopping,
+            servers: Mutex::new(servers),
+            _heap: heap,
+        })
+    }
+
+    /// An engine that reaches no PE (every PE is on this node): nothing is
+    /// registered or connected.
+    pub fn unconnected(init: &TransportInit<'_>) -> SwVerbs {
+        let n = init.bootstrap.size();
+        SwVerbs {
+            my_pe: init.bootstrap.rank(),
+            reach: vec![false; n],
+            qps: (0..n).map(|_| None).collect(),
+            counters: Arc::new(Counters::default()),
+            stopping: Arc::new(AtomicBool::new(false)),
+            servers: Mutex::new(Vec::new()),
+            _heap: init.heap.clone(),
+        }
+    }
+
+    fn qp(&self, pe: PeId) -> Result<&QueuePair> {
+        self.qps
+            .get(pe)
+            .and_then(|q| q.as_ref())
+            .ok_or_else(|| err(format!("no queue pair to PE {pe}")))
+    }
+
+    fn post_chunks(
+        &self,
+        pe: PeId,
+        op: Opcode,
+        off: usize,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<Completion> {
+        let qp = self.qp(pe)?;
+        let parts = len.div_ceil(MAX_MESSAGE).max(1);
+        let done = Completion::pending(parts);
+        for i in 0..parts {
+            let o = i * MAX_MESSAGE;
+            let n = MAX_MESSAGE.min(len - o);
+            let req = Request {
+                op,
+                rkey: 0,
+                seq: 0,
+                off: (off + o) as u64,
+                len: n as u64,
+                a: 0,
+                b: 0,
+                c: 0,
+            };
+            let (payload, pending): (&[u8], Pending) = if op == Opcode::Write {
+                // SAFETY: the caller keeps `ptr` valid for `len` bytes for this call.
+                (
+                    unsafe { std::slice::from_raw_parts(ptr.add(o), n) },
+                    Pending::Ack(done.clone()),
+                )
+            } else {
+                (
+                    &[],
+                    Pending::Read {
+                        dst: ptr as usize + o,
+                        len: n,
+                        done: done.clone(),
+                    },
+                )
+            };
+            qp.post(&self.counters, req, payload, pending)?;
+        }
+        Ok(done)
+    }
+}
+
+fn random4() -> [u8; 4] {
+    let mut b = [0u8; 4];
+    // SAFETY: getrandom writes at most 4 bytes into `b`.
+    let r = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 4, 0) };
+    if r != 4 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+            ^ std::process::id();
+        b = t.to_le_bytes();
+    }
+    b
+}
+
+fn connect(
+    addr: SocketAddr,
+    me: PeId,
+    tag: &[u8],
+    link: Duration,
+    deadline: Instant,
+) -> Result<TcpStream> {
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            Ok(mut s) => {
+                shmem_core::net::tune(&s, link);
+                let mut hello = Vec::with_capacity(16);
+                hello.extend_from_slice(QP_MAGIC);
+                hello.extend_from_slice(&(me as u32).to_le_bytes());
+                hello.extend_from_slice(tag);
+                s.write_all(&hello)
+                    .map_err(|e| Error::os(format!("queue-pair handshake with {addr}"), e))?;
+                let mut ok = [0u8; 1];
+                let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                s.read_exact(&mut ok)
+                    .map_err(|e| Error::os(format!("queue-pair handshake with {addr}"), e))?;
+                let _ = s.set_read_timeout(None);
+                return Ok(s);
+            }
+            Err(e) if Instant::now() >= deadline => {
+                return Err(Error::os(format!("connecting a queue pair to {addr}"), e));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+impl Drop for SwVerbs {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for qp in self.qps.iter().flatten() {
+            let w = qp.writer.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = w.shutdown(std::net::Shutdown::Both);
+        }
+        for qp in self.qps.iter().flatten() {
+            if let Some(h) = qp.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = h.join();
+            }
+        }
+        // Progress threads end when their initiators close; do not wait on
+        // peers that may still be finishing.
+        self.servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+impl Transport for SwVerbs {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::RMA | Capabilities::AMO | Capabilities::SIGNAL | Capabilities::ASYNC
+    }
+
+    fn can_reach(&self, pe: PeId) -> bool {
+        self.reach.get(pe).copied().unwrap_or(false)
+    }
+
+    unsafe fn put(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        // The payload is in the socket once post returns: the source is reusable.
+        self.post_chunks(pe, Opcode::Write, dst, src as *mut u8, len)
+            .map(|_| ())
+    }
+
+    unsafe fn get(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.post_chunks(pe, Opcode::Read, src, dst, len)?.wait()
+    }
+
+    unsafe fn put_async(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Completion> {
+        if len == 0 {
+            return Ok(Completion::done());
+        }
+        self.post_chunks(pe, Opcode::Write, dst, src as *mut u8, len)
+    }
+
+    unsafe fn get_async(
+        &self,
+        pe: PeId,
+        src: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<Completion> {
+        if len == 0 {
+            return Ok(Completion::done());
+        }
+        self.post_chunks(pe, Opcode::Read, src, dst, len)
+    }
+
+    unsafe fn get_nbi(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded contract: valid until quiet, which waits for the counts.
+        unsafe { self.get_async(pe, src, dst, len) }.map(|_| ())
+    }
+
+    fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
+        let qp = self.qp(pe)?;
+        let (a, b, c) = amo_code(op);
+        let out = Arc::new(AtomicU64::new(0));
+        let done = Completion::pending(1);
+        let req = Request {
+            op: Opcode::Atomic,
+            rkey: 0,
+            seq: 0,
+            off: offset as u64,
+            len: width.bytes() as u64,
+            a,
+            b,
+            c,
+        };
+        qp.post(
+            &self.counters,
+            req,
+            &[],
+            Pending::Atomic {
+                out: out.clone(),
+                done: done.clone(),
+            },
+        )?;
+        done.wait().map_err(|e| qp.check().err().unwrap_or(e))?;
+        Ok(out.load(Ordering::Acquire))
+    }
+
+    fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
+        let qp = self.qp(pe)?;
+        let c = u64::from(op == SignalOp::Add);
+        let req = Request {
+            op: Opcode::Signal,
+            rkey: 0,
+            seq: 0,
+            off: sig as u64,
+            len: 8,
+            a: value,
+            b: 0,
+            c,
+        };
+        qp.post(
+            &self.counters,
+            req,
+            &[],
+            Pending::Ack(Completion::pending(1)),
+        )
+    }
+
+    unsafe fn put_signal(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        sig: usize,
+        op: SignalOp,
+        value: u64,
+        _nbi: bool,
+    ) -> Result<()> {
+        // Same queue pair, served in order: the signal lands after the data.
+        // SAFETY: forwarded contract.
+        unsafe { self.put(pe, dst, src, len)? };
+        self.signal(pe, sig, op, value)
+    }
+
+    fn fence(&self) -> Result<()> {
+        // Requests to one PE share a queue pair that is served in order.
+        Ok(())
+    }
+
+    fn quiet(&self) -> Result<()> {
+        let c = &self.counters;
+        let target = c.issued.load(Ordering::Acquire);
+        let mut g = c.lock.lock().unwrap_or_else(|p| p.into_inner());
+        while c.completed.load(Ordering::Acquire) < target {
+            g =
+                c.cv.wait_timeout(g, Duration::from_millis(20))
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0);
+        }
+        drop(g);
+        match c.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            None => Ok(()),
+            Some(e) => Err(err(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[repr(C, align(4096))]
+    struct Arena([u8; 3 * 65536]);
+
+    /// A target serving a 64 KiB "heap" in the middle of a guarded buffer.
+    fn target(rkey: u32) -> (TcpStream, Box<Arena>, std::thread::JoinHandle<()>) {
+        // SAFETY: an all-zero byte array is a valid Arena.
+        let mut mem: Box<Arena> = unsafe { Box::<Arena>::new_zeroed().assume_init() };
+        mem.0[..65536].fill(0xEE);
+        mem.0[2 * 65536..].fill(0xEE);
+        let base = mem.0.as_mut_ptr() as usize + 65536;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let h = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            serve_qp(s, 1, base, 65536, rkey);
+        });
+        let c = TcpStream::connect(addr).unwrap();
+        (c, mem, h)
+    }
+
+    fn roundtrip(c: &mut TcpStream, req: Request, payload: &[u8]) -> (Response, Vec<u8>) {
+        wire::send(c, &req.encode(), payload).unwrap();
+        let mut h = [0u8; RESPONSE_LEN];
+        c.read_exact(&mut h).unwrap();
+        let r = Response::decode(&h).unwrap();
+        let mut body = vec![
+            0u8;
+            if matches!(r.status, Status::Data | Status::Nak) {
+                r.len as usize
+            } else {
+                0
+            }
+        ];
+        c.read_exact(&mut body).unwrap();
+        (r, body)
+    }
+
+    #[test]
+    fn bad_keys_and_ranges_are_refused_without_touching_memory() {
+        let (mut c, mem, h) = target(0xABCD);
+        let w = |rkey, off, len| Request {
+            op: Opcode::Write,
+            rkey,
+            seq: 1,
+            off,
+            len,
+            a: 0,
+            b: 0,
+            c: 0,
+        };
+        let (r, why) = roundtrip(&mut c, w(0x1111, 4096, 8), &[1; 8]);
+        assert_eq!(r.status, Status::Nak);
+        assert!(String::from_utf8_lossy(&why).contains("wrong remote key"));
+        let (r, why) = roundtrip(&mut c, w(0xABCD, 65530, 8), &[2; 8]);
+        assert_eq!(r.status, Status::Nak);
+        assert!(String::from_utf8_lossy(&why).contains("outside the registered heap"));
+        let (r, _) = roundtrip(&mut c, w(0xABCD, u64::MAX - 2, 8), &[3; 8]);
+        assert_eq!(r.status, Status::Nak);
+        let rd = Request {
+            op: Opcode::Read,
+            rkey: 0xABCD,
+            seq: 2,
+            off: 65000,
+            len: 4096,
+            a: 0,
+            b: 0,
+            c: 0,
+        };
+        assert_eq!(roundtrip(&mut c, rd, &[]).0.status, Status::Nak);
+        let at = Request {
+            op: Opcode::Atomic,
+            rkey: 0xABCD,
+            seq: 3,
+            off: 4100,
+            len: 8,
+            a: 4,
+            b: 1,
+            c: 0,
+        };
+        assert_eq!(roundtrip(&mut c, at, &[]).0.status, Status::Nak);
+        // A good write and read after the refusals still work.
+        let (r, _) = roundtrip(&mut c, w(0xABCD, 8192, 4), &[7, 7, 7, 7]);
+        assert_eq!(r.status, Status::Ack);
+        let rd = Request {
+            op: Opcode::Read,
+            rkey: 0xABCD,
+            seq: 4,
+            off: 8192,
+            len: 4,
+            a: 0,
+            b: 0,
+            c: 0,
+        };
+        assert_eq!(roundtrip(&mut c, rd, &[]).1, vec![7, 7, 7, 7]);
+        let at = Request {
+            op: Opcode::Atomic,
+            rkey: 0xABCD,
+            seq: 5,
+            off: 8200,
+            len: 8,
+            a: 4,
+            b: 5,
+            c: 0,
+        };
+        let (r, _) = roundtrip(&mut c, at, &[]);
+        assert_eq!((r.status, r.value), (Status::Old, 0));
+        drop(c);
+        h.join().unwrap();
+        // The guard areas around the heap are untouched.
+        assert!(mem.0[..65536].iter().all(|&b| b == 0xEE));
+        assert!(mem.0[2 * 65536..].iter().all(|&b| b == 0xEE));
+        assert_eq!(&mem.0[65536 + 8192..65536 + 8196], &[7, 7, 7, 7]);
+    }
+}
