@@ -38,7 +38,7 @@ use std::sync::{Arc, RwLock};
 
 pub use shmem_bootstrap::UniqueId;
 pub use shmem_collectives as collectives;
-pub use shmem_collectives::{Collectives, Team};
+pub use shmem_collectives::{Collectives, KvCacheLayout, ReduceOp, Team};
 pub use shmem_core::config::{Config, VARIABLES};
 pub use shmem_core::{
     AtomicElement, AtomicInteger, Bootstrap, Cmp, Completion, Element, Error, Event, Handle,

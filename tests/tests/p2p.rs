@@ -194,3 +194,45 @@ fn two_instances_of_different_sizes() {
         &[("SHMEM_INSTANCE_PORT_RANGE", &range)],
     );
 }
+
+#[test]
+fn collectives_as_processes_under_every_engine() {
+    at_sizes("collectives", &[1, 2, 3, 4, 5, 8], &[]);
+    at_sizes(
+        "collectives",
+        &[2, 3, 4, 8],
+        &[("SHMEM_TEST_ENGINE", "SDMA")],
+    );
+    at_sizes("collectives", &[2, 3], &[("SHMEM_TEST_ENGINE", "ROCE")]);
+    let forced = [
+        ("SHMEM_BARRIER_ALGORITHM", "linear"),
+        ("SHMEM_BROADCAST_ALGORITHM", "binomial"),
+        ("SHMEM_FCOLLECT_ALGORITHM", "ring"),
+        ("SHMEM_COLLECT_ALGORITHM", "ring"),
+        ("SHMEM_ALLTOALL_ALGORITHM", "pairwise"),
+        ("SHMEM_REDUCE_ALGORITHM", "ring"),
+        ("SHMEM_SCAN_ALGORITHM", "recursive_doubling"),
+    ];
+    at_sizes("collectives", &[3, 5], &forced);
+}
+
+#[test]
+fn whole_p2p_suite_with_roce_forced() {
+    let roce = [("SHMEM_TEST_ENGINE", "ROCE"), ("STRESS_OPS", "2000")];
+    for scenario in [
+        "rma",
+        "atomics",
+        "signals",
+        "signal_stress",
+        "waits",
+        "alloc",
+        "errors",
+        "bulk",
+        "streams",
+        "handles",
+        "fetch_add_stress",
+    ] {
+        at_sizes(scenario, &[2, 3], &roce);
+    }
+    at_sizes("rma", &[8], &roce);
+}

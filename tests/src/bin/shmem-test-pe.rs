@@ -723,7 +723,16 @@ fn bulk(pe: &Shmem) -> Result<()> {
     };
     let addrs = pe.bootstrap().allgather(&(addr as u64).to_le_bytes())?;
     let raddr = u64::from_le_bytes(addrs[r][..8].try_into().unwrap_or_default()) as usize;
-    if pe.runtime().engines().contains(&"SDMA") && n > 1 {
+    let same_node = pe.runtime().topology().same_node(r) && pe.runtime().topology().same_node(l);
+    if !same_node && n > 1 {
+        let peek = pe.runtime().get_from_address(r, raddr, &mut [0u8; 4]);
+        if pe.runtime().topology().same_node(r) {
+            peek?;
+        } else {
+            expect_err(me, peek, "outside the symmetric heap")?;
+        }
+    }
+    if pe.runtime().engines().contains(&"SDMA") && n > 1 && same_node {
         // SAFETY: the target is a live static of the same program on PE r.
         unsafe { pe.runtime().put_to_address(r, raddr, &[me as u8 + 1; 16])? };
         pe.barrier_all()?;
@@ -971,6 +980,192 @@ fn instances(pe: &Shmem) -> Result<()> {
     Ok(())
 }
 
+/// Every collective on world, a strided team, 2-D teams and a team of one,
+/// checked against golden data (the collectives crate's own tests run PEs
+/// as threads; this runs them as processes, under any engine).
+fn collectives(pe: &Shmem) -> Result<()> {
+    use shmem::ReduceOp;
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let coll = pe.collectives().clone();
+    let world = coll.world();
+    let odd = if n >= 2 {
+        coll.team_split_strided(&world, 1, 2, n / 2, None)?
+    } else {
+        None
+    };
+    let (xteam, yteam) = coll.team_split_2d(&world, 2.min(n), None, None)?;
+    let solo = coll.team_split_strided(&world, n - 1, 1, 1, None)?;
+    check!(me, solo.is_some() == (me == n - 1), "team of one");
+    let mut teams = vec![("world", world.clone()), ("x", xteam), ("y", yteam)];
+    if let Some(t) = odd.clone() {
+        teams.push(("odd", t));
+    }
+    if let Some(t) = solo {
+        teams.push(("solo", t));
+    }
+    if odd.is_some() != (me % 2 == 1 && me < 2 * (n / 2)) {
+        return Err(Error::invalid(
+            "check",
+            format!("PE {me}: wrong membership of the odd team"),
+        ));
+    }
+    let src = pe.calloc::<i64>(64)?;
+    let dst = pe.calloc::<i64>(64 * n + 8)?;
+    for (name, team) in &teams {
+        let (tme, tn) = (team.my_pe(), team.n_pes());
+        let w = |tpe: usize| team.world_pe(tpe).unwrap_or(usize::MAX) as i64;
+        coll.barrier(team)?;
+        coll.sync(team)?;
+        // broadcast from every root
+        for root in 0..tn {
+            pe.write_local(&src, &[w(tme) * 100 + root as i64; 64])?;
+            coll.broadcast(team, &dst, &src, 16, root)?;
+            let got = pe.read_local(dst.slice(0..16)?)?;
+            check!(
+                me,
+                got == vec![w(root) * 100 + root as i64; 16],
+                "{name}: broadcast root {root}: {got:?}"
+            );
+        }
+        // fcollect
+        pe.write_local(
+            &src,
+            &(0..64).map(|i| w(tme) * 1000 + i).collect::<Vec<_>>(),
+        )?;
+        coll.fcollect(team, &dst, &src, 5)?;
+        let got = pe.read_local(dst.slice(0..5 * tn)?)?;
+        let want: Vec<i64> = (0..tn)
+            .flat_map(|t| (0..5).map(move |i| w(t) * 1000 + i))
+            .collect();
+        check!(me, got == want, "{name}: fcollect {got:?}");
+        // collect with uneven sizes (PE t contributes t % 3 elements)
+        let total = coll.collect(team, &dst, &src, tme % 3)?;
+        let want: Vec<i64> = (0..tn)
+            .flat_map(|t| (0..(t % 3) as i64).map(move |i| w(t) * 1000 + i))
+            .collect();
+        check!(me, total == want.len(), "{name}: collect total {total}");
+        check!(
+            me,
+            pe.read_local(dst.slice(0..total)?)? == want,
+            "{name}: collect data"
+        );
+        // alltoall: block j of PE t goes to PE j's slot t
+        let blocks: Vec<i64> = (0..tn)
+            .flat_map(|j| (0..3).map(move |i| w(tme) * 10000 + j as i64 * 10 + i))
+            .collect();
+        pe.write_local(src.slice(0..3 * tn)?, &blocks)?;
+        coll.alltoall(team, &dst, &src, 3)?;
+        let got = pe.read_local(dst.slice(0..3 * tn)?)?;
+        let want: Vec<i64> = (0..tn)
+            .flat_map(|t| (0..3).map(move |i| w(t) * 10000 + tme as i64 * 10 + i))
+            .collect();
+        check!(me, got == want, "{name}: alltoall {got:?}");
+        // reductions
+        pe.write_local(&src, &(0..64).map(|i| w(tme) + i + 1).collect::<Vec<_>>())?;
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::Min,
+            ReduceOp::Max,
+            ReduceOp::Prod,
+            ReduceOp::And,
+            ReduceOp::Or,
+            ReduceOp::Xor,
+        ] {
+            coll.reduce(team, op, &dst, &src, 40)?;
+            let got = pe.read_local(dst.slice(0..40)?)?;
+            let want: Vec<i64> = (0..40)
+                .map(|i| {
+                    let vals = (0..tn).map(|t| w(t) + i + 1);
+                    match op {
+                        ReduceOp::Sum => vals.sum(),
+                        ReduceOp::Min => vals.min().unwrap_or(0),
+                        ReduceOp::Max => vals.max().unwrap_or(0),
+                        ReduceOp::Prod => vals.fold(1i64, |a, b| a.wrapping_mul(b)),
+                        ReduceOp::And => vals.fold(-1i64, |a, b| a & b),
+                        ReduceOp::Or => vals.fold(0, |a, b| a | b),
+                        ReduceOp::Xor => vals.fold(0, |a, b| a ^ b),
+                    }
+                })
+                .collect();
+            check!(
+                me,
+                got == want,
+                "{name}: reduce {op:?}: {got:?} vs {want:?}"
+            );
+        }
+        // scans
+        coll.sum_inscan(team, &dst, &src, 4)?;
+        let inc: Vec<i64> = (0..4)
+            .map(|i| (0..=tme).map(|t| w(t) + i + 1).sum())
+            .collect();
+        check!(
+            me,
+            pe.read_local(dst.slice(0..4)?)? == inc,
+            "{name}: inclusive scan"
+        );
+        coll.sum_exscan(team, &dst, &src, 4)?;
+        let exc: Vec<i64> = (0..4)
+            .map(|i| (0..tme).map(|t| w(t) + i + 1).sum())
+            .collect();
+        check!(
+            me,
+            pe.read_local(dst.slice(0..4)?)? == exc,
+            "{name}: exclusive scan"
+        );
+    }
+    // Mismatched roots are an error on every PE, not corruption.
+    if n > 1 {
+        let r = coll.broadcast(&world, &dst, &src, 4, me % 2);
+        expect_err(me, r, "")?;
+        coll.barrier_all()?;
+    }
+    for (name, team) in teams {
+        if name != "world" {
+            coll.team_destroy(team)?;
+        }
+    }
+    pe.free(dst)?;
+    pe.free(src)
+}
+
+/// PE 1 takes its host's link down while everyone waits; the others must
+/// fail naming PE 1 within the link timeout.
+fn link_cut(pe: &Shmem) -> Result<()> {
+    let me = pe.my_pe();
+    // SAFETY: ignoring SIGTERM has no memory-safety implications.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    let sig = pe.calloc::<u64>(1)?;
+    pe.barrier_all()?;
+    if me == 1 {
+        let links =
+            std::fs::read_dir("/sys/class/net").map_err(|e| Error::os("listing links", e))?;
+        for l in links.flatten() {
+            let name = l.file_name().to_string_lossy().into_owned();
+            if name != "lo" {
+                let _ = std::process::Command::new("ip")
+                    .args(["link", "set", &name, "down"])
+                    .status();
+            }
+        }
+        // Our own job is gone now: exit quietly once the library notices.
+        let _ = pe.signal_wait_until(sig.at(0)?, Cmp::Eq, 1);
+        std::process::exit(4);
+    }
+    let t = Instant::now();
+    let r = pe.signal_wait_until(sig.at(0)?, Cmp::Eq, 1);
+    let dt = t.elapsed();
+    match r {
+        Err(e) if e.to_string().contains("PE 1") => {
+            eprintln!("PE {me}: failed as expected after {dt:?}: {e}");
+            std::process::exit(3)
+        }
+        other => Err(Error::invalid(
+            "check",
+            format!("PE {me}: wait after the link cut gave {other:?} after {dt:?}"),
+        )),
+    }
+}
+
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();
     let pe = match shmem::init() {
@@ -993,6 +1188,8 @@ fn main() {
         "kill_in_barrier" => kill_in_barrier(&pe),
         "kill_in_wait" => kill_in_wait(&pe),
         "bulk" => bulk(&pe),
+        "link_cut" => link_cut(&pe),
+        "collectives" => collectives(&pe),
         "streams" => streams(&pe),
         "handles" => handles(&pe),
         "instances" => instances(&pe),

@@ -1,0 +1,213 @@
+//! PEs on several "hosts": network namespaces joined through a bridge, so
+//! each host is a different node and peers on other hosts are reached with
+//! the RoCE engine (software verbs over TCP), same-host peers with HCCS.
+//! Needs root and iproute2 (CI runs as root and installs it); elsewhere the
+//! tests say why they did not run.
+
+use std::ffi::OsString;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use shmem_tests::{launch, LaunchOptions, PeEnd};
+
+const PE: &str = env!("CARGO_BIN_EXE_shmem-test-pe");
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Namespaces `<tag>-h0..` with `10.<a>.<b>.(i+1)/24` on a bridge in `<tag>-sw`;
+/// deleted on drop.
+struct Hosts {
+    tag: String,
+    n: usize,
+    subnet: (u8, u8),
+}
+
+impl Hosts {
+    fn new(n: usize) -> Result<Hosts, String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root".into());
+        }
+        let pid = std::process::id();
+        let tag = format!("shm{}{}", pid % 100000, n);
+        let subnet = (200 + (pid % 50) as u8, (pid / 50 % 250) as u8 + n as u8);
+        let hosts = Hosts { tag, n, subnet };
+        let sw = hosts.switch();
+        ip(&["netns", "add", &sw])?;
+        ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+        for i in 0..n {
+            let h = hosts.host(i);
+            ip(&["netns", "add", &h])?;
+            let (a, b) = (format!("{}v{i}", hosts.tag), format!("{}p{i}", hosts.tag));
+            ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
+            ip(&["link", "set", &a, "netns", &h])?;
+            ip(&["link", "set", &b, "netns", &sw])?;
+            ip(&["-n", &sw, "link", "set", &b, "master", "br0"])?;
+            ip(&["-n", &sw, "link", "set", &b, "up"])?;
+            ip(&[
+                "-n",
+                &h,
+                "addr",
+                "add",
+                &format!("{}/24", hosts.addr(i)),
+                "dev",
+                &a,
+            ])?;
+            ip(&["-n", &h, "link", "set", &a, "up"])?;
+            ip(&["-n", &h, "link", "set", "lo", "up"])?;
+        }
+        Ok(hosts)
+    }
+    fn switch(&self) -> String {
+        format!("{}-sw", self.tag)
+    }
+    fn host(&self, i: usize) -> String {
+        format!("{}-h{i}", self.tag)
+    }
+    fn addr(&self, i: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.subnet.0, self.subnet.1, i as u8 + 1)
+    }
+    /// Launch options for `per_host` PEs on each host running `scenario`.
+    fn job(&self, per_host: usize, scenario: &str, env: &[(&str, &str)]) -> LaunchOptions {
+        let n = self.n * per_host;
+        let mut o = LaunchOptions::new(n, PE);
+        o.args = vec![scenario.into()];
+        o.prefix = (0..n)
+            .map(|pe| {
+                ["ip", "netns", "exec", &self.host(pe / per_host)]
+                    .iter()
+                    .map(OsString::from)
+                    .collect()
+            })
+            .collect();
+        let port = 20000 + (std::process::id() % 20000) as u16;
+        o.store_on_rank0 = Some(SocketAddr::new(IpAddr::V4(self.addr(0)), port));
+        o.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        o.timeout = Some(Duration::from_secs(90));
+        o.tag_output = true;
+        o
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for i in 0..self.n {
+            let _ = ip(&["netns", "del", &self.host(i)]);
+        }
+        let _ = ip(&["netns", "del", &self.switch()]);
+    }
+}
+
+fn hosts_or_skip(n: usize) -> Option<Hosts> {
+    match Hosts::new(n) {
+        Ok(h) => Some(h),
+        Err(why) => {
+            eprintln!("multi-host test not run: cannot create network namespaces ({why})");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run the multi-host tests: {why}"
+            );
+            None
+        }
+    }
+}
+
+fn run_ok(o: &LaunchOptions, what: &str) {
+    let r = launch(o).expect("start");
+    assert!(r.success(), "{what}: {:?} {:?}", r.summary(), r.ends);
+}
+
+#[test]
+fn two_hosts_run_the_p2p_and_collectives_suites() {
+    let Some(h) = hosts_or_skip(2) else { return };
+    for scenario in [
+        "bootstrap",
+        "rma",
+        "atomics",
+        "signals",
+        "waits",
+        "bulk",
+        "collectives",
+    ] {
+        run_ok(
+            &h.job(2, scenario, &[]),
+            &format!("{scenario} on 2 hosts x 2 PEs"),
+        );
+    }
+    run_ok(
+        &h.job(1, "signal_stress", &[]),
+        "signal_stress on 2 hosts x 1 PE",
+    );
+    run_ok(
+        &h.job(2, "collectives", &[("SHMEM_TEST_ENGINE", "ROCE")]),
+        "collectives, ROCE forced",
+    );
+}
+
+#[test]
+fn three_hosts_run_the_suites() {
+    let Some(h) = hosts_or_skip(3) else { return };
+    for scenario in ["rma", "atomics", "signals", "collectives", "streams"] {
+        run_ok(&h.job(1, scenario, &[]), &format!("{scenario} on 3 hosts"));
+    }
+    run_ok(
+        &h.job(2, "collectives", &[]),
+        "collectives on 3 hosts x 2 PEs",
+    );
+}
+
+#[test]
+fn cut_link_is_reported_naming_the_peer() {
+    let Some(h) = hosts_or_skip(2) else { return };
+    // PE 1 (host 1) takes its own link down once everyone is waiting.
+    let mut o = h.job(1, "link_cut", &[("SHMEM_LINK_TIMEOUT", "3")]);
+    o.kill_grace = Duration::from_secs(20);
+    let t = Instant::now();
+    let r = launch(&o).expect("start");
+    assert!(
+        t.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        r.ends[0],
+        PeEnd::Exited(3),
+        "PE 0 must report PE 1 as gone: {r:?}"
+    );
+    assert!(!r.success());
+}
+
+#[test]
+fn killed_remote_pe_is_reported() {
+    let Some(h) = hosts_or_skip(2) else { return };
+    let mut o = h.job(2, "kill_in_wait", &[]);
+    o.kill_grace = Duration::from_secs(10);
+    let r = launch(&o).expect("start");
+    assert_eq!(
+        r.first_failure,
+        Some((1, PeEnd::Signaled(libc::SIGKILL))),
+        "{r:?}"
+    );
+    for pe in [0, 2, 3] {
+        assert_eq!(r.ends[pe], PeEnd::Exited(3), "PE {pe}: {r:?}");
+    }
+}
