@@ -180,7 +180,19 @@ impl AlgorithmChoice {
 
     /// Barrier algorithm (dissemination unless forced).
     pub fn barrier(&self) -> BarrierAlgorithm {
-        self.barrier.unwrap_or(BarrierAlgorithm::Dissemination)
+        self.barrier_for(false)
+    }
+
+    /// Barrier algorithm when some node runs more PEs than it has cores
+    /// (`oversubscribed`): there a linear gather/release needs fewer context
+    /// switches than the log(n) rounds of dissemination, each of which must
+    /// wait for its partner to be scheduled.
+    pub fn barrier_for(&self, oversubscribed: bool) -> BarrierAlgorithm {
+        self.barrier.unwrap_or(if oversubscribed {
+            BarrierAlgorithm::Linear
+        } else {
+            BarrierAlgorithm::Dissemination
+        })
     }
 
     /// Broadcast of `bytes` over `n` PEs: the root puts to everyone when the

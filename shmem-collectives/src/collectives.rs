@@ -112,6 +112,8 @@ pub struct Collectives {
     stage: SymBuf<u8>,
     pub(crate) stage_bytes: usize,
     max_teams: usize,
+    /// Some node runs more PEs than it has cores (agreed by every PE).
+    oversubscribed: bool,
     /// Bit `s` set: slot `s` is free on this PE.
     free_slots: Mutex<u64>,
     world: Team,
@@ -242,7 +244,7 @@ impl Call<'_> {
         let seq = self.state.seq;
         let tag = (seq & 0xFFFF_FFFF) << 32;
         let (me, n) = (self.me, self.n);
-        match self.coll.algorithms.barrier() {
+        match self.coll.algorithms.barrier_for(self.coll.oversubscribed) {
             BarrierAlgorithm::Dissemination => {
                 let parity = (seq & 1) as usize;
                 let mut state = value;
@@ -340,8 +342,16 @@ impl Collectives {
         let mut mine = algorithms.fingerprint().to_le_bytes().to_vec();
         mine.extend_from_slice(&(stage_bytes as u64).to_le_bytes());
         mine.extend_from_slice(&(opts.max_teams as u64).to_le_bytes());
-        let all = rt.bootstrap().allgather(&mine)?;
-        if let Some(pe) = all.iter().position(|m| *m != mine) {
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let crowded = rt.topology().local_pes().len() > cores;
+        let mut msg = mine.clone();
+        msg.push(u8::from(crowded));
+        let all = rt.bootstrap().allgather(&msg)?;
+        let oversubscribed = all.iter().any(|m| m.last() == Some(&1));
+        if let Some(pe) = all
+            .iter()
+            .position(|m| m.get(..mine.len()) != Some(&mine[..]))
+        {
             return Err(Error::CollectiveMismatch {
                 op: "Collectives::new",
                 details: format!(
@@ -390,6 +400,7 @@ impl Collectives {
             stage,
             stage_bytes,
             max_teams: opts.max_teams,
+            oversubscribed,
             free_slots: Mutex::new(all & !0b11),
             world,
             shared,

@@ -211,7 +211,7 @@ config_table! {
         "Port of the config store when started by torchrun (default MASTER_PORT+1, leaving MASTER_PORT to torch)";
     /// Spin time before blocking.
     spin_us: String = "SHMEM_SPIN_US", "auto",
-        "Microseconds a wait spins before blocking on a futex (auto: 50 when PEs <= cores, else 2)";
+        "Microseconds a wait spins before blocking on a futex (auto: 50 when PEs <= cores and no engine needs a progress thread, else 2)";
     /// Whole-wait timeout.
     wait_timeout: Duration = "SHMEM_WAIT_TIMEOUT", "0",
         "Seconds after which a wait_until/signal_wait fails with a timeout (0 = wait forever, still failing when a PE dies)";
@@ -292,10 +292,16 @@ impl Config {
     }
 
     /// Spin time before a wait blocks, given the number of PEs on this node.
-    pub fn spin_duration(&self, local_pes: usize) -> Result<Duration> {
+    /// `progress_threads` says whether an engine in use needs CPU time of its
+    /// own (a software progress thread), which a long spin would steal.
+    pub fn spin_duration(&self, local_pes: usize, progress_threads: bool) -> Result<Duration> {
         if self.spin_us.trim().eq_ignore_ascii_case("auto") || self.spin_us.trim().is_empty() {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let us = if local_pes <= cores { 50 } else { 2 };
+            let us = if local_pes <= cores && !progress_threads {
+                50
+            } else {
+                2
+            };
             return Ok(Duration::from_micros(us));
         }
         let us = <u64 as ConfigValue>::parse(&self.spin_us).map_err(|reason| Error::Config {

@@ -193,8 +193,20 @@ impl Runtime {
             })
             .collect();
         let local = topology.local_pes().len();
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        // Engines without a direct mapping move data on progress threads.
+        let progress = routes.iter().any(|&r| {
+            !transports[r as usize]
+                .capabilities()
+                .contains(Capabilities::DIRECT_POINTER)
+        });
         let policy = WaitPolicy {
-            spin: config.spin_duration(local)?,
+            spin: config.spin_duration(local, progress)?,
+            yield_for: if local > cores {
+                Duration::from_micros(500)
+            } else {
+                Duration::ZERO
+            },
             poll: Duration::from_millis(50),
             timeout: (!config.wait_timeout.is_zero()).then_some(config.wait_timeout),
         };

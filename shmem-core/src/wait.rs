@@ -19,6 +19,9 @@ pub struct ControlBlock {
     pub doorbell: AtomicU32,
     /// Number of threads of the owning PE blocked (or about to block).
     pub waiters: AtomicU32,
+    /// Set by the first writer that wakes the sleepers, cleared by a waiter
+    /// before it sleeps again: later writers skip the system call meanwhile.
+    pub wake_pending: AtomicU32,
 }
 
 /// Wakes the waiters of the PE whose control block is `cb` (after a write to
@@ -33,7 +36,7 @@ pub unsafe fn ring(cb: *const ControlBlock) {
     fence(Ordering::SeqCst);
     // SAFETY: guaranteed by the caller.
     let cb = unsafe { &*cb };
-    if cb.waiters.load(Ordering::Relaxed) != 0 {
+    if cb.waiters.load(Ordering::Relaxed) != 0 && cb.wake_pending.swap(1, Ordering::SeqCst) == 0 {
         cb.doorbell.fetch_add(1, Ordering::SeqCst);
         futex_wake(&cb.doorbell);
     }
@@ -76,6 +79,8 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 pub struct WaitPolicy {
     /// Spin before blocking.
     pub spin: Duration,
+    /// After spinning, yield the core for this long before blocking.
+    pub yield_for: Duration,
     /// Longest single sleep; liveness is checked after each.
     pub poll: Duration,
     /// Give up after this long (None: never).
@@ -114,10 +119,20 @@ pub unsafe fn wait_until<E>(
             std::thread::yield_now();
         }
     }
+    // With more runnable PEs than cores, the PE we wait for is usually
+    // runnable but not running: handing it the core is faster than a sleep.
+    while start.elapsed() < policy.spin + policy.yield_for {
+        if ready() {
+            return Ok(());
+        }
+        std::thread::yield_now();
+    }
     // SAFETY: guaranteed by the caller.
     let cb = unsafe { &*cb };
     cb.waiters.fetch_add(1, Ordering::SeqCst);
     let result = loop {
+        // Re-arm: the next writer after this point wakes us (see `ring`).
+        cb.wake_pending.store(0, Ordering::SeqCst);
         let seq = cb.doorbell.load(Ordering::SeqCst);
         if ready() {
             break Ok(());
@@ -148,12 +163,14 @@ mod tests {
         let cb = Arc::new(ControlBlock {
             doorbell: AtomicU32::new(0),
             waiters: AtomicU32::new(0),
+            wake_pending: AtomicU32::new(0),
         });
         let flag = Arc::new(AtomicU64::new(0));
         let (cb2, flag2) = (cb.clone(), flag.clone());
         let t = std::thread::spawn(move || {
             let policy = WaitPolicy {
                 spin: Duration::from_micros(1),
+                yield_for: Duration::ZERO,
                 poll: Duration::from_secs(5),
                 timeout: Some(Duration::from_secs(20)),
             };
@@ -182,9 +199,11 @@ mod tests {
         let cb = ControlBlock {
             doorbell: AtomicU32::new(0),
             waiters: AtomicU32::new(0),
+            wake_pending: AtomicU32::new(0),
         };
         let policy = WaitPolicy {
             spin: Duration::ZERO,
+            yield_for: Duration::ZERO,
             poll: Duration::from_millis(1),
             timeout: None,
         };

@@ -1,0 +1,82 @@
+//! Runs the real binary with two PEs and checks what it writes (never the
+//! timings: machines differ).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shmem-bench"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("shmem-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create a scratch directory");
+    dir.join(name)
+}
+
+#[test]
+fn put_writes_a_json_row_per_size() {
+    let json = scratch("out.json");
+    let out = bench()
+        .args([
+            "put", "--pes", "2", "--sizes", "8,4K", "--iters", "10", "--warmup", "2", "--quiet",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .expect("run shmem-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("# put: 2 PEs") && stdout.contains("4 KiB"),
+        "{stdout}"
+    );
+    let text = std::fs::read_to_string(&json).expect("the JSON file");
+    for needle in [
+        "\"name\": \"put\"",
+        "\"label\": \"8 B\", \"size\": 8,",
+        "\"label\": \"4 KiB\", \"size\": 4096,",
+        "\"samples\": 10,",
+        "\"kind\": \"memcpy_bandwidth\"",
+        "\"pes\": 2,",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from\n{text}");
+    }
+    assert_eq!(
+        text.matches("\"median_us\"").count(),
+        2 + 2,
+        "two rows plus two memcpy references:\n{text}"
+    );
+    let _ = std::fs::remove_file(json);
+}
+
+#[test]
+fn bad_sizes_and_unlinked_engines_are_clear_errors() {
+    let out = bench()
+        .args(["put", "--sizes", "8,lots"])
+        .output()
+        .expect("run shmem-bench");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--sizes") && err.contains("lots"), "{err}");
+
+    let out = bench()
+        .args([
+            "compare",
+            "barrier",
+            "--engines",
+            "NO-SUCH-ENGINE",
+            "--iters",
+            "2",
+            "--quiet",
+        ])
+        .output()
+        .expect("run shmem-bench");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("engine NO-SUCH-ENGINE: not linked"), "{err}");
+}
