@@ -524,6 +524,15 @@ impl Runtime {
         self.align_alloc(std::mem::align_of::<T>(), count)
     }
 
+    /// Allocates `count` elements of `T` in memory of kind `mem_type`
+    /// (collective). On a host without an accelerator both kinds are host
+    /// memory in the symmetric heap; the parameter exists so that code
+    /// written for device memory runs unchanged.
+    pub fn malloc_mem<T: Element>(&self, count: usize, mem_type: MemType) -> Result<SymBuf<T>> {
+        let _host_only = mem_type;
+        self.malloc(count)
+    }
+
     /// Allocates `count` zeroed elements of `T` (collective).
     pub fn calloc<T: Element>(&self, count: usize) -> Result<SymBuf<T>> {
         let bytes = elems_bytes::<T>(count)?;

@@ -236,3 +236,34 @@ fn whole_p2p_suite_with_roce_forced() {
     }
     at_sizes("rma", &[8], &roce);
 }
+
+#[test]
+fn shmem_info_prints_the_effective_table() {
+    let out = std::process::Command::new(PE)
+        .arg("bootstrap")
+        .env("SHMEM_INFO", "1")
+        .env("SHMEM_SYMMETRIC_SIZE", "32M")
+        .env_remove("SHMEM_RANK")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for var in shmem::VARIABLES {
+        assert!(err.contains(var.name), "{} missing from:\n{err}", var.name);
+    }
+    assert!(
+        err.contains("SHMEM_SYMMETRIC_SIZE") && err.contains("32M"),
+        "{err}"
+    );
+    assert!(err.contains("routes:"), "{err}");
+}
+
+#[test]
+fn a_program_started_without_a_launcher_is_a_single_pe_job() {
+    let out = std::process::Command::new(PE)
+        .arg("alloc")
+        .env_remove("SHMEM_RANK")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

@@ -520,6 +520,16 @@ fn alloc(pe: &Shmem) -> Result<()> {
     let (me, n) = (pe.my_pe(), pe.n_pes());
     let a = pe.malloc::<u8>(100)?;
     let b = pe.align_alloc::<u8>(4096, 10)?;
+    let dev = pe.malloc_mem::<u32>(16, shmem::MemType::Device)?;
+    let host = pe.malloc_mem::<u32>(16, shmem::MemType::Host)?;
+    pe.write_local(&dev, &[5; 16])?;
+    check!(
+        me,
+        pe.read_local(&dev)? == vec![5; 16],
+        "device-kind memory is usable"
+    );
+    pe.free(host)?;
+    pe.free(dev)?;
     check!(me, b.offset() % 4096 == 0, "align");
     let offs = pe
         .bootstrap()
