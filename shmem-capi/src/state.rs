@@ -1,0 +1,261 @@
+//! The initialised PE behind every C call: runtime, collectives, static
+//! data table, AMO service and staging area; handles for teams and contexts.
+
+use std::ffi::{c_int, c_long};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use shmem::collectives::Collectives;
+use shmem::{Error, PeId, Result, Runtime, Shmem, Team};
+
+use crate::statics::{AmoService, StaticData};
+use crate::{CtxHandle, TeamHandle, CTX_DEFAULT, TEAM_INVALID, TEAM_SHARED, TEAM_WORLD};
+
+/// Bytes of heap the library keeps for collectives on static data.
+const STAGE_BYTES: usize = 1 << 20;
+
+static STATE: RwLock<Option<Arc<State>>> = RwLock::new(None);
+static FINALIZED: AtomicBool = AtomicBool::new(false);
+
+/// One initialised PE as the C API sees it.
+pub(crate) struct State {
+    pub(crate) shmem: Shmem,
+    pub(crate) rt: Arc<Runtime>,
+    pub(crate) coll: Arc<Collectives>,
+    pub(crate) statics: StaticData,
+    pub(crate) amo: AmoService,
+    /// Heap offset and size of the staging area for static-data collectives.
+    pub(crate) stage: (usize, usize),
+    /// Serialises collectives that use the staging area (THREAD_MULTIPLE).
+    pub(crate) stage_lock: Mutex<()>,
+}
+
+/// Where a symmetric address lives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Sym {
+    /// Symmetric heap offset.
+    Heap(usize),
+    /// Static data: segment index and offset within it.
+    Static(usize, usize),
+}
+
+pub(crate) fn current() -> std::result::Result<Arc<State>, String> {
+    let g = STATE.read().unwrap_or_else(|p| p.into_inner());
+    match &*g {
+        Some(s) => Ok(s.clone()),
+        None if FINALIZED.load(Ordering::Acquire) => Err("called after shmem_finalize".into()),
+        None => Err("called before shmem_init".into()),
+    }
+}
+
+pub(crate) fn is_initialized() -> bool {
+    STATE.read().unwrap_or_else(|p| p.into_inner()).is_some()
+}
+
+/// Prints why `name` failed and ends the job.
+pub(crate) fn fatal(name: &str, msg: &str) -> ! {
+    let st = STATE.read().ok().and_then(|g| g.clone());
+    match st {
+        Some(st) => {
+            let line = format!("shmem: PE {}: {name}: {msg}", st.rt.my_pe());
+            eprintln!("{line}");
+            st.rt.global_exit(1, &line)
+        }
+        None => {
+            eprintln!("shmem: {name}: {msg}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// Finishes initialisation of a joined PE (collective) and installs it.
+pub(crate) fn install(shmem: Shmem) -> Result<()> {
+    let rt = shmem.runtime().clone();
+    let coll = shmem.collectives().clone();
+    let statics = StaticData::exchange(&rt)?;
+    let amo = AmoService::start(&rt, &statics)?;
+    let stage_len = STAGE_BYTES.min(rt.heap_size() / 8) / 64 * 64;
+    let stage_off = rt.malloc_bytes(stage_len, 64)?;
+    let st = State {
+        shmem,
+        rt,
+        coll,
+        statics,
+        amo,
+        stage: (stage_off, stage_len),
+        stage_lock: Mutex::new(()),
+    };
+    *STATE.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(st));
+    Ok(())
+}
+
+/// Leaves the job: barrier, stop the AMO service, finalize the runtime.
+pub(crate) fn finalize() -> Result<()> {
+    let st = match current() {
+        Ok(st) => st,
+        Err(_) => return Ok(()),
+    };
+    st.coll.barrier_all()?;
+    st.amo.stop(&st.rt);
+    *STATE.write().unwrap_or_else(|p| p.into_inner()) = None;
+    FINALIZED.store(true, Ordering::Release);
+    st.shmem.finalize()
+}
+
+/// A context created by `shmem_ctx_create` / `shmem_team_create_ctx`.
+#[derive(Debug)]
+pub(crate) struct CtxInner {
+    magic: u64,
+    /// The team whose PE numbers the context uses (`None`: world).
+    pub(crate) team: Option<Team>,
+    /// The handle `shmem_ctx_get_team` returns.
+    pub(crate) team_handle: TeamHandle,
+    #[allow(dead_code)]
+    pub(crate) options: c_long,
+}
+
+/// A team created by a split.
+#[derive(Debug)]
+pub(crate) struct TeamInner {
+    magic: u64,
+    pub(crate) team: Team,
+}
+
+const CTX_LIVE: u64 = 0x5348_4d45_4d43_5458; // "SHMEMCTX"
+const TEAM_LIVE: u64 = 0x5348_4d45_4d54_4d53; // "SHMEMTMS"
+const DEAD: u64 = 0xdead_dead_dead_dead;
+
+pub(crate) fn new_ctx(team: Option<Team>, team_handle: TeamHandle, options: c_long) -> CtxHandle {
+    Box::into_raw(Box::new(CtxInner {
+        magic: CTX_LIVE,
+        team,
+        team_handle,
+        options,
+    }))
+    .cast()
+}
+
+pub(crate) fn new_team_handle(team: Team) -> TeamHandle {
+    Box::into_raw(Box::new(TeamInner {
+        magic: TEAM_LIVE,
+        team,
+    }))
+    .cast()
+}
+
+impl State {
+    /// The context behind a handle (`None`: the default context).
+    pub(crate) fn ctx<'a>(&self, ctx: CtxHandle) -> Result<Option<&'a CtxInner>> {
+        if ctx == CTX_DEFAULT {
+            return Ok(None);
+        }
+        if ctx.is_null() {
+            return Err(Error::invalid("ctx", "is SHMEM_CTX_INVALID"));
+        }
+        // SAFETY: non-default, non-null handles are leaked `CtxInner` boxes
+        // (never freed; destroy only marks them), per the C contract.
+        let c = unsafe { &*(ctx as *const CtxInner) };
+        match c.magic {
+            CTX_LIVE => Ok(Some(c)),
+            DEAD => Err(Error::invalid(
+                "ctx",
+                "was destroyed with shmem_ctx_destroy",
+            )),
+            _ => Err(Error::invalid("ctx", "is not a context handle")),
+        }
+    }
+
+    /// Marks a context destroyed (its memory stays, so later use is an error).
+    pub(crate) fn destroy_ctx(&self, ctx: CtxHandle) -> Result<()> {
+        if ctx == CTX_DEFAULT {
+            return Err(Error::invalid(
+                "ctx",
+                "SHMEM_CTX_DEFAULT cannot be destroyed",
+            ));
+        }
+        self.ctx(ctx)?;
+        // SAFETY: validated live context box above.
+        unsafe { (*(ctx as *mut CtxInner)).magic = DEAD };
+        Ok(())
+    }
+
+    /// The team behind a handle.
+    pub(crate) fn team(&self, team: TeamHandle) -> Result<Team> {
+        if team == TEAM_WORLD {
+            return Ok(self.coll.world());
+        }
+        if team == TEAM_SHARED {
+            return Ok(self.coll.shared());
+        }
+        if team == TEAM_INVALID {
+            return Err(Error::invalid("team", "is SHMEM_TEAM_INVALID"));
+        }
+        // SAFETY: other handles are leaked `TeamInner` boxes (never freed).
+        let t = unsafe { &*(team as *const TeamInner) };
+        match t.magic {
+            TEAM_LIVE => Ok(t.team.clone()),
+            DEAD => Err(Error::invalid(
+                "team",
+                "was destroyed with shmem_team_destroy",
+            )),
+            _ => Err(Error::invalid("team", "is not a team handle")),
+        }
+    }
+
+    /// Marks a split team's handle destroyed.
+    pub(crate) fn forget_team(&self, team: TeamHandle) {
+        if team != TEAM_WORLD && team != TEAM_SHARED && !team.is_null() {
+            // SAFETY: validated by `team()` before the caller destroyed it.
+            unsafe { (*(team as *mut TeamInner)).magic = DEAD };
+        }
+    }
+
+    /// World PE of `pe` as numbered by `ctx` (its team's numbering).
+    pub(crate) fn target_pe(&self, ctx: CtxHandle, pe: c_int) -> Result<PeId> {
+        let n = self.rt.n_pes();
+        let bad = |n_pes| Error::PeOutOfRange {
+            pe: pe.max(0) as usize,
+            n_pes,
+        };
+        if pe < 0 {
+            return Err(Error::invalid("pe", format!("{pe} is negative")));
+        }
+        if ctx == CTX_DEFAULT {
+            return if (pe as usize) < n {
+                Ok(pe as usize)
+            } else {
+                Err(bad(n))
+            };
+        }
+        match self.ctx(ctx)? {
+            Some(CtxInner { team: Some(t), .. }) => {
+                t.world_pe(pe as usize).ok_or_else(|| bad(t.n_pes()))
+            }
+            _ if (pe as usize) < n => Ok(pe as usize),
+            _ => Err(bad(n)),
+        }
+    }
+
+    /// Where `len` bytes at local address `addr` live; an error when they
+    /// are neither in the symmetric heap nor in the program's static data.
+    pub(crate) fn locate(&self, addr: *const u8, len: usize) -> Result<Sym> {
+        if let Some(off) = self.rt.offset_of(addr) {
+            self.rt.check_range(off, len)?;
+            return Ok(Sym::Heap(off));
+        }
+        if let Some((seg, off)) = self.statics.find(addr as usize, len) {
+            return Ok(Sym::Static(seg, off));
+        }
+        let base = self.rt.heap_base().as_ptr() as usize;
+        Err(Error::invalid(
+            "address",
+            format!(
+                "{:#x} ({len} bytes) is not symmetric: it is neither in the symmetric heap \
+                 [{base:#x}, {:#x}) nor in the program's global or static data{}",
+                addr as usize,
+                base + self.rt.heap_size(),
+                self.statics.describe()
+            ),
+        ))
+    }
+}

@@ -1,0 +1,243 @@
+//! Compiles the C programs in `tests/c` with `bin/oshcc` (once per run)
+//! against the `libshmem_capi.so` cargo built for this test, and runs each
+//! at 2 and 4 PEs with a hard timeout. A C test checks its own results and
+//! exits non-zero naming the failed check; every PE must exit with 0.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use shmem_launch::{launch, JobReport, LaunchOptions, PeEnd};
+
+const PROGRAMS: &[&str] = &[
+    "setup",
+    "rma",
+    "amo",
+    "signal_wait",
+    "teams_ctx",
+    "collectives",
+    "locks",
+    "legacy",
+    "errors",
+];
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/<profile>`: the test binary lives in its `deps/`.
+fn libdir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// Compiles every program once; the directory holding them.
+fn programs() -> &'static PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let lib = libdir();
+        if !lib.join("libshmem_capi.so").exists() {
+            return Err(format!("{} has no libshmem_capi.so", lib.display()));
+        }
+        let out = lib.join("capi-tests");
+        std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+        let oshcc = crate_dir().join("bin/oshcc");
+        for p in PROGRAMS {
+            let src = crate_dir().join("tests/c").join(format!("{p}.c"));
+            let o = Command::new(&oshcc)
+                .env("SHMEM_LIBDIR", &lib)
+                .args(["-std=c11", "-Wall", "-Werror", "-O1", "-o"])
+                .arg(out.join(p))
+                .arg(&src)
+                .output()
+                .map_err(|e| format!("running {}: {e}", oshcc.display()))?;
+            if !o.status.success() {
+                return Err(format!(
+                    "oshcc {}: {}",
+                    src.display(),
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+        }
+        Ok(out)
+    });
+    match built {
+        Ok(p) => p,
+        Err(e) => panic!("building the C tests failed: {e}"),
+    }
+}
+
+fn run(program: &str, n_pes: usize, args: &[&str]) -> JobReport {
+    let mut opts = LaunchOptions::new(n_pes, programs().join(program));
+    opts.args = args.iter().map(OsString::from).collect();
+    opts.timeout = Some(Duration::from_secs(90));
+    opts.tag_output = true;
+    launch(&opts).unwrap_or_else(|e| panic!("launching {program} on {n_pes} PEs: {e}"))
+}
+
+fn passes(program: &str) {
+    for n in [2, 4] {
+        let r = run(program, n, &[]);
+        assert!(
+            r.success(),
+            "{program} on {n} PEs: {}",
+            r.summary().unwrap_or_default()
+        );
+        assert!(
+            r.ends.iter().all(|e| *e == PeEnd::Exited(0)),
+            "{program}: {:?}",
+            r.ends
+        );
+    }
+}
+
+#[test]
+fn setup_and_memory() {
+    passes("setup");
+}
+
+#[test]
+fn rma_heap_and_static() {
+    passes("rma");
+}
+
+#[test]
+fn atomics_heap_and_static() {
+    passes("amo");
+}
+
+#[test]
+fn signals_waits_and_tests() {
+    passes("signal_wait");
+}
+
+#[test]
+fn teams_and_contexts() {
+    passes("teams_ctx");
+}
+
+#[test]
+fn collectives_team_and_active_set() {
+    passes("collectives");
+}
+
+#[test]
+fn locks() {
+    passes("locks");
+}
+
+#[test]
+fn legacy_names() {
+    passes("legacy");
+}
+
+/// Runs `errors CASE FILE` on 2 PEs; the job's exit code and what the PEs
+/// wrote on stderr.
+fn failing(case: &str) -> (JobReport, String) {
+    let file = libdir()
+        .join("capi-tests")
+        .join(format!("stderr-{case}.txt"));
+    let _ = std::fs::remove_file(&file);
+    let r = run("errors", 2, &[case, file.to_str().expect("utf-8 path")]);
+    (r, std::fs::read_to_string(&file).unwrap_or_default())
+}
+
+/// No PE crashed or hung: the failing PE exited, and the others either
+/// exited too or were stopped by the launcher (SIGTERM) after it failed.
+fn exited_cleanly(r: &JobReport) {
+    let first_exited = matches!(r.first_failure, None | Some((_, PeEnd::Exited(_))));
+    let others_ok = r
+        .ends
+        .iter()
+        .all(|e| matches!(e, PeEnd::Exited(_) | PeEnd::Signaled(libc::SIGTERM)));
+    assert!(
+        first_exited && others_ok && !r.timed_out,
+        "a PE crashed or hung: {:?} (first failure {:?})",
+        r.ends,
+        r.first_failure
+    );
+}
+
+#[test]
+fn non_symmetric_address_ends_the_job_with_a_message() {
+    let (r, err) = failing("not_symmetric");
+    exited_cleanly(&r);
+    assert_eq!(r.exit_code(), 1);
+    assert!(
+        err.contains("shmem_p") && err.contains("is not symmetric"),
+        "{err}"
+    );
+}
+
+#[test]
+fn pe_out_of_range_ends_the_job_with_a_message() {
+    let (r, err) = failing("bad_pe");
+    exited_cleanly(&r);
+    assert_eq!(r.exit_code(), 1);
+    assert!(err.contains("PE 2 is out of range"), "{err}");
+}
+
+#[test]
+fn global_exit_status_reaches_the_launcher() {
+    let (r, _) = failing("global_exit");
+    exited_cleanly(&r);
+    assert_eq!(r.exit_code(), 7);
+}
+
+#[test]
+fn call_before_init_is_reported() {
+    let (r, err) = failing("before_init");
+    exited_cleanly(&r);
+    assert_eq!(r.exit_code(), 1);
+    assert!(err.contains("called before shmem_init"), "{err}");
+}
+
+#[test]
+fn oshrun_and_oshcc_scripts() {
+    let dir = programs();
+    // `oshcc --showme` names the include and library directories.
+    let o = Command::new(crate_dir().join("bin/oshcc"))
+        .env("SHMEM_LIBDIR", libdir())
+        .args(["--showme", "x.c"])
+        .output()
+        .expect("oshcc --showme");
+    let line = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        line.contains("-lshmem") && line.contains("include"),
+        "{line}"
+    );
+    assert!(
+        libdir().join("libshmem.so").exists(),
+        "oshcc made the libshmem.so link"
+    );
+
+    // oshrun needs the shmemrun binary next to the library.
+    let shmemrun = libdir().join("shmemrun");
+    if !shmemrun.exists() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let ok = Command::new(cargo)
+            .current_dir(crate_dir().join(".."))
+            .args(["build", "-p", "shmem-launch", "--bin", "shmemrun"])
+            .args(if libdir().ends_with("release") {
+                &["--release"][..]
+            } else {
+                &[][..]
+            })
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "building shmemrun for oshrun");
+    }
+    let status = Command::new(crate_dir().join("bin/oshrun"))
+        .env("SHMEMRUN", &shmemrun)
+        .args(["-np", "2", "--timeout", "90"])
+        .arg(dir.join("legacy"))
+        .status()
+        .expect("oshrun");
+    assert!(status.success(), "oshrun -np 2 legacy: {status}");
+}
