@@ -4,4 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The C ABI tests link C programs against libshmem (a cdylib, which
+# `cargo test` does not build) and launch them with shmemrun.
+cargo build -p shmem-capi -p shmem-launch
 cargo test --workspace

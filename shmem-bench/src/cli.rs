@@ -16,6 +16,9 @@ pub enum Family {
     Collective,
     /// A reference measurement itself.
     Reference,
+    /// The SDMA copy engine: overlap with compute, scaling with engine
+    /// threads (not part of `all`: 256 MiB copies and jobs of their own).
+    CopyEngine,
 }
 
 macro_rules! benches {
@@ -77,6 +80,12 @@ benches! {
     Memcpy = "memcpy", Reference, true;
     /// Reference: raw cache-line ping-pong between PE 0 and PE 1 (half round trip).
     Cacheline = "cacheline", Reference, false;
+    /// A large put_nbi / put_handle through the copy engine while PE 0
+    /// computes: compute rate against its solo rate, and the transfer time.
+    SdmaOverlap = "sdma-overlap", CopyEngine, true;
+    /// Blocking put through the SDMA engine with 1, 2, 4 engine threads
+    /// (one job each), against one-core memcpy.
+    SdmaEngines = "sdma-engines", CopyEngine, true;
 }
 
 impl Bench {
@@ -104,9 +113,16 @@ impl Bench {
             Family::DataMovement | Family::Reference => doubling(8, 4 << 20),
             Family::Synchronisation => vec![8],
             Family::Collective => doubling(8, 1 << 20),
+            Family::CopyEngine => match self {
+                Bench::SdmaOverlap => vec![256 << 20],
+                _ => vec![64 << 20],
+            },
         }
     }
 }
+
+/// Engine-thread counts `sdma-engines` runs when `--sdma-engines` is not given.
+pub const DEFAULT_SDMA_ENGINES: [usize; 3] = [1, 2, 4];
 
 /// Parsed command line.
 #[derive(Debug, Clone)]
@@ -134,6 +150,10 @@ pub struct Options {
     pub timeout: Duration,
     /// No progress lines on stderr.
     pub quiet: bool,
+    /// Network namespaces ("hosts") to spread the PEs over (1: none).
+    pub hosts: usize,
+    /// `SHMEM_SDMA_ENGINES` values for `sdma-engines`, one job each.
+    pub sdma_engines: Vec<usize>,
 }
 
 /// What the command line asks for.
@@ -169,6 +189,10 @@ options:
   --plot FILE.png  draw latency and bandwidth against size
   --timeout SECS   stop the PEs after this long (default 600)
   --quiet          no progress lines on stderr
+  --hosts H        start the PEs in H network namespaces joined by a bridge
+                   (PEs on other hosts go through the RoCE engine; needs root
+                   and iproute2); --pes must be a multiple of H
+  --sdma-engines L engine-thread counts for sdma-engines (default 1,2,4)
 ",
         names.join(", ")
     )
@@ -241,7 +265,7 @@ fn parse_benches(text: &str) -> Result<Vec<Bench>> {
         return Ok(Bench::ALL
             .iter()
             .copied()
-            .filter(|b| b.family() != Family::Reference)
+            .filter(|b| !matches!(b.family(), Family::Reference | Family::CopyEngine))
             .collect());
     }
     let mut out = Vec::new();
@@ -273,6 +297,8 @@ pub fn parse(args: &[String]) -> Result<Command> {
         plot: None,
         timeout: Duration::from_secs(600),
         quiet: false,
+        hosts: 1,
+        sdma_engines: DEFAULT_SDMA_ENGINES.to_vec(),
     };
     let mut engine = None;
     let mut engines = None;
@@ -305,6 +331,19 @@ pub fn parse(args: &[String]) -> Result<Command> {
                 opts.timeout = Duration::from_secs(secs as u64);
             }
             "--quiet" => opts.quiet = true,
+            "--hosts" => opts.hosts = parse_count("--hosts", &value("--hosts")?, 1)?,
+            "--sdma-engines" => {
+                let list = value("--sdma-engines")?;
+                opts.sdma_engines = list
+                    .split(',')
+                    .map(|c| parse_count("--sdma-engines", c.trim(), 1))
+                    .collect::<Result<_>>()?;
+                if opts.sdma_engines.iter().any(|&c| c > 64) {
+                    return Err(BenchError::usage(
+                        "--sdma-engines: at most 64 engine threads",
+                    ));
+                }
+            }
             "compare" if opts.benches.is_empty() && !opts.compare => opts.compare = true,
             f if f.starts_with('-') => {
                 return Err(BenchError::usage(format!(
@@ -362,6 +401,29 @@ pub fn parse(args: &[String]) -> Result<Command> {
                 b.name()
             )));
         }
+    }
+    if opts.hosts > 1 {
+        if opts.pes < opts.hosts || !opts.pes.is_multiple_of(opts.hosts) {
+            return Err(BenchError::usage(format!(
+                "--hosts {}: --pes ({}) must be a multiple of the number of hosts",
+                opts.hosts, opts.pes
+            )));
+        }
+        if let Some(b) = opts
+            .benches
+            .iter()
+            .find(|b| b.family() == Family::CopyEngine)
+        {
+            return Err(BenchError::usage(format!(
+                "{} measures the copy engine between PEs of one host; run it without --hosts",
+                b.name()
+            )));
+        }
+    }
+    if opts.compare && opts.benches.contains(&Bench::SdmaEngines) {
+        return Err(BenchError::usage(
+            "sdma-engines compares engine-thread counts itself; run it without compare",
+        ));
     }
     Ok(Command::Run(opts))
 }
@@ -430,9 +492,33 @@ mod tests {
             "put --pes 1",
             "put --bogus",
             "put extra",
+            "put --hosts 0",
+            "put --pes 3 --hosts 2",
+            "sdma-overlap --hosts 2",
+            "compare sdma-engines --engines SDMA",
+            "sdma-engines --sdma-engines 1,x",
+            "sdma-engines --sdma-engines 0",
         ] {
             assert!(parse(&args(bad)).is_err(), "{bad:?} should fail");
         }
+    }
+
+    #[test]
+    fn copy_engine_options() {
+        let Command::Run(o) = parse(&args("sdma-engines --sdma-engines 1,3")).unwrap() else {
+            panic!("expected a run");
+        };
+        assert_eq!(o.sdma_engines, vec![1, 3]);
+        assert_eq!(o.sizes_for(Bench::SdmaEngines), vec![64 << 20]);
+        assert_eq!(o.sizes_for(Bench::SdmaOverlap), vec![256 << 20]);
+        let Command::Run(h) = parse(&args("put-signal-pingpong,put --hosts 2")).unwrap() else {
+            panic!("expected a run");
+        };
+        assert_eq!((h.hosts, h.pes), (2, 2));
+        let Command::Run(all) = parse(&args("all")).unwrap() else {
+            panic!("expected a run");
+        };
+        assert!(!all.benches.contains(&Bench::SdmaOverlap));
     }
 
     #[test]

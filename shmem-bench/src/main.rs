@@ -19,6 +19,7 @@ mod bench;
 mod cli;
 mod driver;
 mod error;
+mod hosts;
 mod measure;
 mod pe;
 // Without the `plot` feature only the error path of `plot::draw` is used.
@@ -26,6 +27,7 @@ mod pe;
 mod plot;
 mod report;
 mod stats;
+mod tcp;
 
 use cli::{Command, Options};
 use error::{BenchError, Result};

@@ -13,6 +13,7 @@ use crate::cli::Options;
 use crate::error::{BenchError, Result};
 use crate::report::format_size;
 use crate::stats::Summary;
+use crate::tcp::{self, TcpKind};
 
 /// A timed sample should last about this long, so that the clock's own
 /// cost (tens of nanoseconds) disappears in it.
@@ -32,6 +33,10 @@ pub enum Scope {
     /// PE 0 (and PE 1 where it answers); the result is PE 0's clock. Other
     /// PEs wait in the closing barrier.
     Pair,
+    /// Like [`Scope::Pair`], but PE 1 waits in the closing barrier (and may
+    /// sleep there) instead of spinning: for long operations whose timing
+    /// must not lose a core to a spinning peer (copy-engine threads).
+    PairIdle,
     /// Every PE; samples start after a barrier and each sample's time is the
     /// slowest PE's.
     All,
@@ -73,6 +78,12 @@ pub struct Ctx<'a> {
     cacheline: Option<Option<f64>>,
     started: Instant,
     pair_done: PairDone,
+    /// `--hosts`: the TCP reference between PE 0 and PE 1, when they are on
+    /// different hosts (the same on every PE).
+    tcp_peer: Option<std::net::SocketAddr>,
+    /// The reference connection (PE 0 and PE 1, once opened).
+    tcp: Option<std::net::TcpStream>,
+    tcp_times: BTreeMap<(TcpKind, usize), f64>,
 }
 
 /// How PE 1 learns that PE 0 finished a [`Scope::Pair`] measurement
@@ -150,6 +161,9 @@ impl<'a> Ctx<'a> {
             cacheline: None,
             started: Instant::now(),
             pair_done,
+            tcp_peer: if n >= 2 { tcp::peer_address() } else { None },
+            tcp: None,
+            tcp_times: BTreeMap::new(),
         })
     }
 
@@ -163,7 +177,11 @@ impl<'a> Ctx<'a> {
 
     /// End of a [`Scope::Pair`] measurement: PE 1 spins on its flag until
     /// PE 0 is done, then everyone meets in a barrier.
-    fn pair_end(&mut self) -> Result<()> {
+    fn pair_end(&mut self, spin: bool) -> Result<()> {
+        if !spin {
+            self.pe.barrier_all()?;
+            return Ok(());
+        }
         let pd = &mut self.pair_done;
         pd.seq += 1;
         if let (Some(p), true) = (pd.ptr, self.me < 2) {
@@ -200,7 +218,7 @@ impl<'a> Ctx<'a> {
         }
         let est = Summary::of(&warm).map_or(0.0, |s| s.median_us);
         let target = match scope {
-            Scope::Pair => SAMPLE_TARGET_US,
+            Scope::Pair | Scope::PairIdle => SAMPLE_TARGET_US,
             Scope::All => COLLECTIVE_SAMPLE_TARGET_US,
         };
         let mine = if est > 0.0 {
@@ -226,7 +244,8 @@ impl<'a> Ctx<'a> {
             samples.push(t.elapsed().as_secs_f64() * 1e6 / batch as f64);
         }
         match scope {
-            Scope::Pair => self.pair_end()?,
+            Scope::Pair => self.pair_end(true)?,
+            Scope::PairIdle => self.pair_end(false)?,
             Scope::All => pe.barrier_all()?,
         }
         if scope == Scope::All && self.n > 1 {
@@ -262,15 +281,29 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The memcpy reference for [`Scope::PairIdle`] measurements: PE 1
+    /// sleeps in a barrier instead of spinning (collective; measured once
+    /// per size, and shared with [`Ctx::memcpy_us`]).
+    pub fn memcpy_idle_us(&mut self, size: usize) -> Result<f64> {
+        match self.memcpy.get(&size) {
+            Some(&us) => Ok(us),
+            None => Ok(self.memcpy_in(size, Scope::PairIdle)?.stats.median_us),
+        }
+    }
+
     /// The full memcpy measurement of `size` bytes (collective).
     pub fn memcpy_measure(&mut self, size: usize) -> Result<Measured> {
+        self.memcpy_in(size, Scope::Pair)
+    }
+
+    fn memcpy_in(&mut self, size: usize, scope: Scope) -> Result<Measured> {
         let me = self.me;
         let (src, mut dst) = if me == 0 {
             (vec![0x5au8; size], vec![0u8; size])
         } else {
             (Vec::new(), Vec::new())
         };
-        let m = self.measure(Scope::Pair, |batch| {
+        let m = self.measure(scope, |batch| {
             if me == 0 {
                 for _ in 0..batch {
                     // SAFETY: both buffers hold `size` bytes and are distinct.
@@ -356,6 +389,56 @@ impl<'a> Ctx<'a> {
         self.progress("cacheline", "8 B", &m);
         self.cacheline = Some(Some(m.stats.median_us));
         Ok(Some(m))
+    }
+
+    /// With `--hosts`, when PE 0 and PE 1 are on different hosts: the raw
+    /// TCP reference of `kind` for `size`-byte messages between them over
+    /// the same bridge, microseconds per message (half round trip for
+    /// ping-pong); `None` otherwise (collective; measured once per size).
+    pub fn tcp_us(&mut self, kind: TcpKind, size: usize) -> Result<Option<f64>> {
+        let Some(addr) = self.tcp_peer else {
+            return Ok(None);
+        };
+        if let Some(&us) = self.tcp_times.get(&(kind, size)) {
+            return Ok(Some(us));
+        }
+        let me = self.me;
+        if self.tcp.is_none() {
+            let listener = if me == 1 {
+                Some(tcp::listen(addr)?)
+            } else {
+                None
+            };
+            self.pe.barrier_all()?;
+            self.tcp = match (me, &listener) {
+                (0, _) => Some(tcp::connect(addr)?),
+                (1, Some(l)) => Some(tcp::accept(l)?),
+                _ => None,
+            };
+        }
+        let mut stream = self.tcp.take();
+        let mut buf = vec![0x3cu8; if me < 2 { size } else { 0 }];
+        let m = self.measure(Scope::Pair, |batch| {
+            if let Some(s) = stream.as_mut() {
+                for _ in 0..batch {
+                    tcp::exchange(s, kind, me == 0, &mut buf)
+                        .map_err(|e| shmem::Error::os("TCP reference exchange", e))?;
+                }
+            }
+            Ok(())
+        });
+        self.tcp = stream;
+        let m = m?.scaled(match kind {
+            TcpKind::PingPong => 0.5,
+            TcpKind::Stream => 1.0 / tcp::STREAM_WINDOW as f64,
+        });
+        let name = match kind {
+            TcpKind::PingPong => "tcp ping-pong",
+            TcpKind::Stream => "tcp stream",
+        };
+        self.progress(name, &format_size(size), &m);
+        self.tcp_times.insert((kind, size), m.stats.median_us);
+        Ok(Some(m.stats.median_us))
     }
 
     /// The references measured so far: cache-line half round trip and

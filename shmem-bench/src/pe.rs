@@ -5,13 +5,17 @@ use shmem::JoinMethod;
 use shmem_bootstrap::env;
 
 use crate::bench;
-use crate::cli::Options;
+use crate::cli::{Bench, Options};
 use crate::error::{BenchError, Result};
 use crate::measure::Ctx;
 use crate::report::RunResult;
 
 /// Where PE 0 writes its results for the driver (set by the driver).
 pub const RESULTS_VAR: &str = "SHMEM_BENCH_RESULTS";
+
+/// Set by the driver for jobs that run only some of the benchmarks asked
+/// for (`sdma-engines` runs in jobs of its own): a comma-separated list.
+pub const ONLY_VAR: &str = "SHMEM_BENCH_ONLY";
 
 /// Slack on top of the largest buffers, for the library's own objects.
 const HEAP_SLACK: usize = 16 << 20;
@@ -33,6 +37,23 @@ fn job_size(opts: &Options) -> usize {
 
 /// Runs the benchmarks in this PE; returns the results on PE 0.
 pub fn run(opts: &Options) -> Result<Option<RunResult>> {
+    let narrowed;
+    let opts = match std::env::var(ONLY_VAR) {
+        Ok(list) if !list.is_empty() => {
+            let mut o = opts.clone();
+            o.benches = list
+                .split(',')
+                .map(|n| {
+                    Bench::parse(n).ok_or_else(|| {
+                        BenchError::Job(format!("{ONLY_VAR}: unknown benchmark {n:?}"))
+                    })
+                })
+                .collect::<Result<_>>()?;
+            narrowed = o;
+            &narrowed
+        }
+        _ => opts,
+    };
     let config = shmem::Config::from_env()?;
     // Every PE derives the heap size from the same arguments and job size,
     // so they agree on it.

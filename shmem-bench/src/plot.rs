@@ -23,7 +23,11 @@ fn series(runs: &[RunResult]) -> (Vec<Series>, Vec<Series>) {
             String::new()
         };
         for b in &run.benches {
-            if !b.bench.sized() || b.rows.is_empty() {
+            // The copy-engine benchmarks' rows are not a size sweep.
+            if !b.bench.sized()
+                || b.bench.family() == crate::cli::Family::CopyEngine
+                || b.rows.is_empty()
+            {
                 continue;
             }
             let name = format!("{}{tag}", b.bench.name());

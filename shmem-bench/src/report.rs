@@ -18,14 +18,31 @@ pub enum RefKind {
     Cacheline,
     /// Latency / the same raw CPU atomic on the shared line (lower is better).
     RawAtomic,
+    /// Compute rate of the calling thread while a transfer runs / its solo
+    /// rate (higher is better, 1.0 = undisturbed); the reference time is
+    /// the solo time of one compute unit.
+    ComputeRate,
+    /// Transfer time / the same transfer with nothing else running (lower
+    /// is better).
+    TransferAlone,
+    /// `--hosts`: latency / raw TCP ping-pong half round trip of the same
+    /// size between the same hosts (lower is better).
+    TcpLatency,
+    /// `--hosts`: bandwidth / raw TCP stream bandwidth of the same message
+    /// size between the same hosts (higher is better).
+    TcpBandwidth,
 }
 
 impl RefKind {
-    const ALL: [RefKind; 4] = [
+    const ALL: [RefKind; 8] = [
         RefKind::MemcpyBandwidth,
         RefKind::MemcpyTime,
         RefKind::Cacheline,
         RefKind::RawAtomic,
+        RefKind::ComputeRate,
+        RefKind::TransferAlone,
+        RefKind::TcpLatency,
+        RefKind::TcpBandwidth,
     ];
 
     /// Name in JSON.
@@ -35,6 +52,10 @@ impl RefKind {
             RefKind::MemcpyTime => "memcpy_time",
             RefKind::Cacheline => "cacheline",
             RefKind::RawAtomic => "raw_atomic",
+            RefKind::ComputeRate => "compute_rate",
+            RefKind::TransferAlone => "transfer_alone",
+            RefKind::TcpLatency => "tcp_latency",
+            RefKind::TcpBandwidth => "tcp_bandwidth",
         }
     }
 
@@ -45,6 +66,10 @@ impl RefKind {
             RefKind::MemcpyTime => ("memcpy us", "t/memcpy"),
             RefKind::Cacheline => ("cline us", "t/cline"),
             RefKind::RawAtomic => ("raw us", "t/raw"),
+            RefKind::ComputeRate => ("solo us/u", "compute/solo"),
+            RefKind::TransferAlone => ("alone us", "t/alone"),
+            RefKind::TcpLatency => ("tcp us", "t/tcp"),
+            RefKind::TcpBandwidth => ("tcp us", "bw/tcp"),
         }
     }
 
@@ -68,7 +93,7 @@ impl Reference {
     /// Compares a row's median `us` with a reference time `ref_us`.
     pub fn new(kind: RefKind, us: f64, ref_us: f64) -> Reference {
         let ratio = match kind {
-            RefKind::MemcpyBandwidth => ref_us / us,
+            RefKind::MemcpyBandwidth | RefKind::ComputeRate | RefKind::TcpBandwidth => ref_us / us,
             _ => us / ref_us,
         };
         Reference {
@@ -317,31 +342,47 @@ fn fmt_ratio(r: f64) -> String {
 /// The table of one benchmark of one run.
 pub fn table(run: &RunResult, b: &BenchResult) -> String {
     let mut out = String::new();
+    let samples = b.rows.first().map_or(run.iters, |r| r.stats.samples);
+    let what = match b.bench {
+        Bench::SdmaOverlap => {
+            "time per transfer, issue to completion; compute solo: time per compute unit"
+        }
+        Bench::SdmaEngines => "time per put; xN: N engine threads, one job each",
+        _ => "time per operation",
+    };
     let _ = writeln!(
         out,
-        "# {}: {} PEs, {}, {} samples per row (time per operation)",
+        "# {}: {} PEs, {}, {samples} samples per row ({what})",
         b.bench.name(),
         run.pes,
         run.routes,
-        run.iters
     );
-    let kinds: Vec<RefKind> = b
+    let mut kinds: Vec<RefKind> = Vec::new();
+    for f in b.rows.iter().flat_map(|r| &r.refs) {
+        if !kinds.contains(&f.kind) {
+            kinds.push(f.kind);
+        }
+    }
+    let first = match b.bench {
+        Bench::SdmaOverlap => "row",
+        Bench::SdmaEngines => "size x engines",
+        b if b.sized() => "size",
+        _ => "op",
+    };
+    let w = b
         .rows
-        .first()
-        .map(|r| r.refs.iter().map(|f| f.kind).collect())
-        .unwrap_or_default();
+        .iter()
+        .map(|r| r.label.len())
+        .chain([first.len(), 12])
+        .max()
+        .unwrap_or(12);
     let mut header = format!(
-        "{:>12} {:>10} {:>10} {:>10} {:>9} {:>9}",
-        if b.bench.sized() { "size" } else { "op" },
-        "median us",
-        "min us",
-        "p99 us",
-        "GB/s",
-        "Mop/s"
+        "{:>w$} {:>10} {:>10} {:>10} {:>9} {:>9}",
+        first, "median us", "min us", "p99 us", "GB/s", "Mop/s"
     );
     for k in &kinds {
         let (t, r) = k.headers();
-        let _ = write!(header, " {t:>10} {r:>11}");
+        let _ = write!(header, " {t:>10} {r:>12}");
     }
     let _ = writeln!(out, "{header}");
     for r in &b.rows {
@@ -349,7 +390,7 @@ pub fn table(run: &RunResult, b: &BenchResult) -> String {
             .bandwidth_gbs()
             .map_or_else(|| "-".to_string(), |g| format!("{g:.2}"));
         let mut line = format!(
-            "{:>12} {:>10} {:>10} {:>10} {:>9} {:>9.2}",
+            "{:>w$} {:>10} {:>10} {:>10} {:>9} {:>9.2}",
             r.label,
             fmt_us(r.stats.median_us),
             fmt_us(r.stats.min_us),
@@ -360,10 +401,10 @@ pub fn table(run: &RunResult, b: &BenchResult) -> String {
         for k in &kinds {
             match r.refs.iter().find(|f| f.kind == *k) {
                 Some(f) => {
-                    let _ = write!(line, " {:>10} {:>11}", fmt_us(f.ref_us), fmt_ratio(f.ratio));
+                    let _ = write!(line, " {:>10} {:>12}", fmt_us(f.ref_us), fmt_ratio(f.ratio));
                 }
                 None => {
-                    let _ = write!(line, " {:>10} {:>11}", "-", "-");
+                    let _ = write!(line, " {:>10} {:>12}", "-", "-");
                 }
             }
         }

@@ -80,3 +80,62 @@ fn bad_sizes_and_unlinked_engines_are_clear_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("engine NO-SUCH-ENGINE: not linked"), "{err}");
 }
+
+#[test]
+fn copy_engine_benchmarks_report_their_rows() {
+    let out = bench()
+        .args([
+            "sdma-overlap,sdma-engines",
+            "--pes",
+            "2",
+            "--sizes",
+            "1M",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--sdma-engines",
+            "1,2",
+            "--quiet",
+        ])
+        .output()
+        .expect("run shmem-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for needle in [
+        "# sdma-overlap: 2 PEs",
+        "compute solo",
+        "put_nbi+compute 1 MiB",
+        "put_handle+compute 1 MiB",
+        "memcpy thread+compute 1 MiB",
+        "compute/solo",
+        "# sdma-engines: 2 PEs",
+        "1 MiB x1",
+        "1 MiB x2",
+        "bw/memcpy",
+    ] {
+        assert!(stdout.contains(needle), "{needle} missing from\n{stdout}");
+    }
+}
+
+#[test]
+fn hosts_option_is_checked() {
+    let out = bench()
+        .args(["sdma-overlap", "--hosts", "2"])
+        .output()
+        .expect("run shmem-bench");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without --hosts"), "{err}");
+    let out = bench()
+        .args(["put", "--pes", "3", "--hosts", "2"])
+        .output()
+        .expect("run shmem-bench");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("multiple of the number of hosts"), "{err}");
+}

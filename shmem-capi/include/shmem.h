@@ -505,6 +505,10 @@ void shmem_alltoall32(void *dest, const void *source, size_t nelems, int PE_star
                       int logPE_stride, int PE_size, long *pSync);
 void shmem_alltoall64(void *dest, const void *source, size_t nelems, int PE_start,
                       int logPE_stride, int PE_size, long *pSync);
+void shmem_alltoalls32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,
+                       size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_alltoalls64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,
+                       size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
 #define SHMEM_DECL_TOALL(T, N, OP)                                                            \
     void shmem_##N##_##OP##_to_all(T *dest, const T *source, int nreduce, int PE_start,       \
                                    int logPE_stride, int PE_size, T *pWrk, long *pSync);

@@ -355,6 +355,41 @@ fn alltoall_t<T: Element>(team: TeamHandle, dest: *mut T, src: *const T, n: usiz
     })
 }
 
+/// The elements `0, s, 2s, ...` an alltoalls stride `s` spans for `count`
+/// elements (a stride below 1 reads as 0: every element in one place).
+fn strided_extent(count: usize, s: usize) -> usize {
+    if count == 0 {
+        0
+    } else {
+        (count - 1).saturating_mul(s.max(1)) + 1
+    }
+}
+
+fn stride_of(s: isize) -> usize {
+    if s < 1 {
+        0
+    } else {
+        s as usize
+    }
+}
+
+fn alltoalls_w<T: Element>(
+    st: &State,
+    team: &Team,
+    dest: *mut T,
+    src: *const T,
+    dst: isize,
+    sst: isize,
+    n: usize,
+) -> Result<()> {
+    let (dst, sst) = (stride_of(dst), stride_of(sst));
+    let count = n.saturating_mul(team.n_pes());
+    let (dn, sn) = (strided_extent(count, dst), strided_extent(count, sst));
+    st.staged(dest, dn, src, sn, |d, s| {
+        st.coll.alltoalls(team, d, s, dst, sst, n).map(|_| ((), dn))
+    })
+}
+
 fn alltoalls_t<T: Element>(
     team: TeamHandle,
     dest: *mut T,
@@ -364,22 +399,7 @@ fn alltoalls_t<T: Element>(
     n: usize,
 ) -> c_int {
     ffi("shmem_alltoalls", |st| {
-        let t = st.team(team)?;
-        let stride = |s: isize| if s < 1 { 0 } else { s as usize };
-        let (dst, sst) = (stride(dst), stride(sst));
-        let count = n.saturating_mul(t.n_pes());
-        let extent = |s: usize| {
-            if count == 0 {
-                0
-            } else {
-                (count - 1).saturating_mul(s.max(1)) + 1
-            }
-        };
-        let (dn, sn) = (extent(dst), extent(sst));
-        st.staged(dest, dn, src, sn, |d, s| {
-            st.coll.alltoalls(&t, d, s, dst, sst, n).map(|_| ((), dn))
-        })
-        .map(|_| 0)
+        alltoalls_w(st, &st.team(team)?, dest, src, dst, sst, n).map(|_| 0)
     })
 }
 
@@ -479,22 +499,86 @@ arith_types!(typed_reduce, prod, Prod);
 
 // ----- deprecated active-set collectives ---------------------------------------------
 
-/// The team of an active set. Only the set of all PEs is supported: other
-/// sets cannot become teams without every PE taking part.
-fn active_set(st: &State, start: c_int, log_stride: c_int, size: c_int) -> Result<Team> {
+/// What an active set names: every PE (the world team), or only the
+/// calling PE (`PE_size` 1 with `PE_start` the caller), where the
+/// collective is local. Other sets cannot become teams without every PE
+/// taking part, so they are unsupported.
+enum ActiveSet {
+    All(Team),
+    OnlyMe,
+}
+
+fn active_set(st: &State, start: c_int, log_stride: c_int, size: c_int) -> Result<ActiveSet> {
     let n = st.rt.n_pes() as c_int;
     if start == 0 && size == n && (log_stride == 0 || size == 1) {
-        return Ok(st.coll.world());
+        return Ok(ActiveSet::All(st.coll.world()));
+    }
+    // A set of one PE: the stride is not used (OpenSHMEM 1.5, 9.9).
+    if size == 1 && start == st.rt.my_pe() as c_int {
+        return Ok(ActiveSet::OnlyMe);
     }
     Err(Error::Unsupported(format!(
         "active set (PE_start {start}, logPE_stride {log_stride}, PE_size {size}): only the set of \
-         all {n} PEs is supported by the deprecated active-set collectives; use a team from \
-         shmem_team_split_strided and the team-based collective instead"
+         all {n} PEs and the set of the calling PE alone are supported by the deprecated \
+         active-set collectives; use a team from shmem_team_split_strided and the team-based \
+         collective instead"
     )))
 }
 
+/// A collective over the calling PE alone: dest receives its own `n`
+/// elements of src, and earlier puts complete as a barrier would make them.
+fn only_me<T: Copy>(st: &State, dest: *mut T, src: *const T, n: usize) -> Result<()> {
+    st.rt.quiet()?;
+    if n == 0 || std::ptr::eq(dest as *const T, src) {
+        return Ok(());
+    }
+    if n > isize::MAX as usize / std::mem::size_of::<T>().max(1) {
+        return Err(Error::invalid("nelems", "negative or too large"));
+    }
+    if dest.is_null() || src.is_null() {
+        return Err(Error::invalid(
+            "dest/source",
+            "null pointer with a non-zero count",
+        ));
+    }
+    // SAFETY: both hold `n` elements (C contract); `copy` allows overlap.
+    unsafe { std::ptr::copy(src, dest, n) };
+    Ok(())
+}
+
+/// [`only_me`] for alltoalls: dest element `j * dst` gets src element
+/// `j * sst`, for `j < n`.
+fn only_me_strided<T: Copy>(
+    st: &State,
+    dest: *mut T,
+    src: *const T,
+    dst: isize,
+    sst: isize,
+    n: usize,
+) -> Result<()> {
+    st.rt.quiet()?;
+    if n == 0 {
+        return Ok(());
+    }
+    if dest.is_null() || src.is_null() {
+        return Err(Error::invalid(
+            "dest/source",
+            "null pointer with a non-zero count",
+        ));
+    }
+    let (dst, sst) = (stride_of(dst), stride_of(sst));
+    for j in 0..n {
+        // SAFETY: dest and src span `n` elements at their strides (C contract).
+        unsafe { dest.add(j * dst).write(src.add(j * sst).read()) };
+    }
+    Ok(())
+}
+
 export!("shmem_barrier", fn(start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) -> () {
-    ffi("shmem_barrier", |st| st.coll.barrier(&active_set(st, start, log_stride, size)?))
+    ffi("shmem_barrier", |st| match active_set(st, start, log_stride, size)? {
+        ActiveSet::All(team) => st.coll.barrier(&team),
+        ActiveSet::OnlyMe => st.rt.quiet(),
+    })
 });
 
 #[allow(clippy::too_many_arguments)]
@@ -508,7 +592,17 @@ fn old_broadcast<T: Element>(
     size: c_int,
 ) {
     ffi("shmem_broadcast32/64", |st| {
-        let team = active_set(st, start, log_stride, size)?;
+        let team = match active_set(st, start, log_stride, size)? {
+            ActiveSet::All(team) => team,
+            // The root is the only PE, and its dest is left untouched.
+            ActiveSet::OnlyMe if root == 0 => return st.rt.quiet(),
+            ActiveSet::OnlyMe => {
+                return Err(Error::invalid(
+                    "PE_root",
+                    format!("{root} is not in an active set of 1 PE"),
+                ))
+            }
+        };
         // The old interface leaves the root's dest untouched.
         let is_root = team.my_pe() as c_int == root;
         let keep: Vec<T> = if is_root && n > 0 {
@@ -534,15 +628,31 @@ macro_rules! old_sized {
         });
         export!(concat!("shmem_collect", $bits), fn(dest: *mut $t, src: *const $t, n: usize,
                 start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) -> () {
-            ffi("shmem_collect32/64", |st| collect_w(st, &active_set(st, start, log_stride, size)?, dest, src, n))
+            ffi("shmem_collect32/64", |st| match active_set(st, start, log_stride, size)? {
+                ActiveSet::All(team) => collect_w(st, &team, dest, src, n),
+                ActiveSet::OnlyMe => only_me(st, dest, src, n),
+            })
         });
         export!(concat!("shmem_fcollect", $bits), fn(dest: *mut $t, src: *const $t, n: usize,
                 start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) -> () {
-            ffi("shmem_fcollect32/64", |st| fcollect_w(st, &active_set(st, start, log_stride, size)?, dest, src, n))
+            ffi("shmem_fcollect32/64", |st| match active_set(st, start, log_stride, size)? {
+                ActiveSet::All(team) => fcollect_w(st, &team, dest, src, n),
+                ActiveSet::OnlyMe => only_me(st, dest, src, n),
+            })
         });
         export!(concat!("shmem_alltoall", $bits), fn(dest: *mut $t, src: *const $t, n: usize,
                 start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) -> () {
-            ffi("shmem_alltoall32/64", |st| alltoall_w(st, &active_set(st, start, log_stride, size)?, dest, src, n))
+            ffi("shmem_alltoall32/64", |st| match active_set(st, start, log_stride, size)? {
+                ActiveSet::All(team) => alltoall_w(st, &team, dest, src, n),
+                ActiveSet::OnlyMe => only_me(st, dest, src, n),
+            })
+        });
+        export!(concat!("shmem_alltoalls", $bits), fn(dest: *mut $t, src: *const $t, dst: isize, sst: isize,
+                n: usize, start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) -> () {
+            ffi("shmem_alltoalls32/64", |st| match active_set(st, start, log_stride, size)? {
+                ActiveSet::All(team) => alltoalls_w(st, &team, dest, src, dst, sst, n),
+                ActiveSet::OnlyMe => only_me_strided(st, dest, src, dst, sst, n),
+            })
         });
     )* };
 }
@@ -554,8 +664,10 @@ macro_rules! typed_to_all {
             fn(dest: *mut $t, src: *const $t, n: c_int, start: c_int, log_stride: c_int, size: c_int,
                _pwrk: *mut $t, _psync: *mut c_long) -> () {
             ffi("shmem_*_to_all", |st| {
-                let team = active_set(st, start, log_stride, size)?;
-                reduce_w(st, &team, ReduceOp::$rop, dest, src, arg(n))
+                match active_set(st, start, log_stride, size)? {
+                    ActiveSet::All(team) => reduce_w(st, &team, ReduceOp::$rop, dest, src, arg(n)),
+                    ActiveSet::OnlyMe => only_me(st, dest, src, arg(n)),
+                }
             })
         });
     )* };

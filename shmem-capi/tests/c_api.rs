@@ -20,6 +20,7 @@ const PROGRAMS: &[&str] = &[
     "collectives",
     "locks",
     "legacy",
+    "active_self",
     "errors",
 ];
 
@@ -42,7 +43,11 @@ fn programs() -> &'static PathBuf {
     let built = BUILT.get_or_init(|| {
         let lib = libdir();
         if !lib.join("libshmem_capi.so").exists() {
-            return Err(format!("{} has no libshmem_capi.so", lib.display()));
+            return Err(format!(
+                "{} has no libshmem_capi.so: `cargo test` builds only the rlib; run \
+                 `cargo build -p shmem-capi -p shmem-launch` first (scripts/test-all.sh does)",
+                lib.display()
+            ));
         }
         let out = lib.join("capi-tests");
         std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
@@ -124,6 +129,11 @@ fn teams_and_contexts() {
 #[test]
 fn collectives_team_and_active_set() {
     passes("collectives");
+}
+
+#[test]
+fn active_sets_of_one_pe_and_alltoalls32() {
+    passes("active_self");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 mod collective;
 mod rma;
+mod sdma;
 mod sync;
 
 use crate::cli::{Bench, Options};
@@ -22,6 +23,8 @@ pub fn run(ctx: &mut Ctx<'_>, bench: Bench) -> Result<BenchResult> {
         Bench::Broadcast | Bench::Fcollect | Bench::Alltoall | Bench::Reduce | Bench::KvShuffle => {
             collective::sized(ctx, bench)?
         }
+        Bench::SdmaOverlap => sdma::overlap(ctx)?,
+        Bench::SdmaEngines => sdma::engines(ctx)?,
     };
     Ok(BenchResult { bench, rows })
 }
@@ -33,6 +36,7 @@ pub fn heap_bytes(opts: &Options, bench: Bench, n: usize) -> usize {
         Bench::Fcollect => max.saturating_mul(n + 1),
         Bench::Alltoall => max.saturating_mul(2 * n),
         Bench::KvShuffle => max.saturating_mul(2 * collective::KV_BLOCKS),
+        Bench::SdmaOverlap | Bench::SdmaEngines => max,
         _ => max.saturating_mul(2),
     }
 }

@@ -5,6 +5,7 @@ use crate::cli::Bench;
 use crate::error::Result;
 use crate::measure::{Ctx, Scope};
 use crate::report::{RefKind, Reference, Row};
+use crate::tcp::TcpKind;
 
 use super::{row, size_label};
 
@@ -50,11 +51,14 @@ pub fn data_movement(ctx: &mut Ctx<'_>, bench: Bench) -> Result<Vec<Row>> {
         })?;
         ctx.progress(bench.name(), &size_label(size), &m);
         let memcpy = ctx.memcpy_us(size)?;
-        let refs = vec![Reference::new(
+        let mut refs = vec![Reference::new(
             RefKind::MemcpyBandwidth,
             m.stats.median_us,
             memcpy,
         )];
+        if let Some(t) = ctx.tcp_us(TcpKind::Stream, size)? {
+            refs.push(Reference::new(RefKind::TcpBandwidth, m.stats.median_us, t));
+        }
         rows.push(row(size_label(size), size, size, &m, refs));
     }
     pe.free(sym)?;

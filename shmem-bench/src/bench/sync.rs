@@ -10,6 +10,7 @@ use crate::cli::Bench;
 use crate::error::Result;
 use crate::measure::{atomic_at, Ctx, Scope};
 use crate::report::{RefKind, Reference, Row};
+use crate::tcp::TcpKind;
 
 use super::{row, size_label};
 
@@ -47,10 +48,13 @@ pub fn put_signal_pingpong(ctx: &mut Ctx<'_>) -> Result<Vec<Row>> {
         })?;
         let m = m.scaled(0.5);
         ctx.progress(Bench::PutSignalPingpong.name(), &size_label(size), &m);
-        let refs = ctx
+        let mut refs = ctx
             .cacheline_us()?
             .map(|c| vec![Reference::new(RefKind::Cacheline, m.stats.median_us, c)])
             .unwrap_or_default();
+        if let Some(t) = ctx.tcp_us(TcpKind::PingPong, size)? {
+            refs.push(Reference::new(RefKind::TcpLatency, m.stats.median_us, t));
+        }
         rows.push(row(size_label(size), size, size, &m, refs));
     }
     pe.free(buf)?;
