@@ -81,3 +81,24 @@ fn bad_usage_is_explained() {
     let out = shmemrun().args(["true"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing -n"));
 }
+
+#[test]
+fn ctrl_c_is_forwarded_and_the_job_stops() {
+    let mut child = shmemrun().args(["-n", "2", "sleep", "60"]).spawn().unwrap();
+    // Give the launcher time to start its PEs (a timing of this test, not of a PE).
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "shmemrun did not stop after Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+}

@@ -267,3 +267,11 @@ fn a_program_started_without_a_launcher_is_a_single_pe_job() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
 }
+
+#[test]
+fn global_exit_ends_every_pe_with_its_status() {
+    for n in [2, 4] {
+        let r = run_job(PE, n, &["global_exit"], &[]);
+        assert!(r.ends.iter().all(|e| *e == PeEnd::Exited(5)), "{r:?}");
+    }
+}

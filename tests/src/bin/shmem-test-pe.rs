@@ -1176,6 +1176,22 @@ fn link_cut(pe: &Shmem) -> Result<()> {
     }
 }
 
+/// PE 1 ends the whole job with status 5 while the others wait in a barrier.
+fn global_exit(pe: &Shmem) -> Result<()> {
+    pe.barrier_all()?;
+    if pe.my_pe() == 1 {
+        shmem::global_exit(5);
+    }
+    let r = pe.barrier_all();
+    Err(Error::invalid(
+        "check",
+        format!(
+            "PE {}: barrier after global_exit returned {r:?}",
+            pe.my_pe()
+        ),
+    ))
+}
+
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();
     let pe = match shmem::init() {
@@ -1198,6 +1214,7 @@ fn main() {
         "kill_in_barrier" => kill_in_barrier(&pe),
         "kill_in_wait" => kill_in_wait(&pe),
         "bulk" => bulk(&pe),
+        "global_exit" => global_exit(&pe),
         "link_cut" => link_cut(&pe),
         "collectives" => collectives(&pe),
         "streams" => streams(&pe),
