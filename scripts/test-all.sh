@@ -8,3 +8,11 @@ cd "$(dirname "$0")/.."
 # `cargo test` does not build) and launch them with shmemrun.
 cargo build -p shmem-capi -p shmem-launch
 cargo test --workspace
+
+# The Python package, installed into a private virtual environment.
+venv=target/pytest-venv
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet ./shmem-py pytest numpy
+"$venv/bin/python" -m pytest -q shmem-py/tests

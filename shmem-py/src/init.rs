@@ -1,0 +1,221 @@
+//! Joining and leaving a job, instances, the launcher, and small queries.
+
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use shmem::{JoinMethod, UniqueId};
+
+use crate::errors::{invalid, OrPy};
+use crate::state;
+
+/// Library version.
+#[pyfunction]
+pub(crate) fn version() -> &'static str {
+    shmem::version()
+}
+
+/// Rank 0: starts the job's config store in this process and returns the
+/// id (bytes) every PE passes to `init_uid`.
+#[pyfunction]
+pub(crate) fn get_unique_id(py: Python<'_>) -> PyResult<Bound<'_, PyBytes>> {
+    let uid = py.detach(shmem::get_unique_id).py()?;
+    Ok(PyBytes::new(py, &uid.to_bytes()))
+}
+
+/// Length in bytes of a unique id.
+#[pyfunction]
+pub(crate) fn unique_id_len() -> usize {
+    shmem_bootstrap::ids::UID_LEN
+}
+
+fn join(
+    py: Python<'_>,
+    join: JoinMethod,
+    mem_size: Option<usize>,
+    instance_id: u32,
+) -> PyResult<()> {
+    let sh = py
+        .detach(move || shmem::init_with(join, mem_size, instance_id, None))
+        .py()?;
+    state::register(&sh);
+    Ok(())
+}
+
+/// Joins with a unique id as `rank` of `nranks`.
+#[pyfunction]
+#[pyo3(signature = (uid, rank, nranks, mem_size = None, instance_id = 0))]
+pub(crate) fn init_uid(
+    py: Python<'_>,
+    uid: &[u8],
+    rank: usize,
+    nranks: usize,
+    mem_size: Option<usize>,
+    instance_id: u32,
+) -> PyResult<()> {
+    let uid = UniqueId::from_bytes(uid).py()?;
+    join(
+        py,
+        JoinMethod::UniqueId { rank, nranks, uid },
+        mem_size,
+        instance_id,
+    )
+}
+
+/// Joins through `tcp://host:port` (rank 0 binds it).
+#[pyfunction]
+#[pyo3(signature = (rank, nranks, url, mem_size = None, instance_id = 0))]
+pub(crate) fn init_attr(
+    py: Python<'_>,
+    rank: usize,
+    nranks: usize,
+    url: String,
+    mem_size: Option<usize>,
+    instance_id: u32,
+) -> PyResult<()> {
+    join(
+        py,
+        JoinMethod::Attributes { rank, nranks, url },
+        mem_size,
+        instance_id,
+    )
+}
+
+/// Joins the job described by the environment (shmemrun / torchrun), or
+/// starts a one-PE job when there is none.
+#[pyfunction]
+#[pyo3(signature = (mem_size = None, instance_id = 0))]
+pub(crate) fn init_env(py: Python<'_>, mem_size: Option<usize>, instance_id: u32) -> PyResult<()> {
+    join(py, JoinMethod::Environment, mem_size, instance_id)
+}
+
+/// Leaves the job (collective) for `instance_id`, or the current instance.
+#[pyfunction]
+#[pyo3(signature = (instance_id = None))]
+pub(crate) fn finalize(py: Python<'_>, instance_id: Option<u32>) -> PyResult<()> {
+    let sh = state::resolve(instance_id)?;
+    let id = sh.instance();
+    let r = py.detach(move || sh.finalize());
+    state::unregister(id);
+    r.py()
+}
+
+/// Whether `instance_id` (or the current instance) is initialised.
+#[pyfunction]
+#[pyo3(signature = (instance_id = None))]
+pub(crate) fn is_initialized(instance_id: Option<u32>) -> bool {
+    state::resolve(instance_id).is_ok()
+}
+
+/// The current instance's id, or None.
+#[pyfunction]
+pub(crate) fn current_instance() -> Option<u32> {
+    state::current().ok().map(|s| s.instance())
+}
+
+/// Makes `instance_id` the one the module-level functions use.
+#[pyfunction]
+pub(crate) fn set_instance(instance_id: u32) -> PyResult<()> {
+    shmem::set_instance(instance_id).map_err(|_| {
+        crate::errors::error(format!(
+            "shmem instance {instance_id} is not initialized (live: {:?})",
+            state::ids()
+        ))
+    })
+}
+
+/// Ids of the initialised instances.
+#[pyfunction]
+pub(crate) fn instances() -> Vec<u32> {
+    state::ids()
+}
+
+/// This PE's rank.
+#[pyfunction]
+#[pyo3(signature = (instance = None))]
+pub(crate) fn my_pe(instance: Option<u32>) -> PyResult<usize> {
+    Ok(state::resolve(instance)?.my_pe())
+}
+
+/// Number of PEs.
+#[pyfunction]
+#[pyo3(signature = (instance = None))]
+pub(crate) fn n_pes(instance: Option<u32>) -> PyResult<usize> {
+    Ok(state::resolve(instance)?.n_pes())
+}
+
+/// Heap size in bytes, free bytes, largest free block.
+#[pyfunction]
+#[pyo3(signature = (instance = None))]
+pub(crate) fn heap_info(instance: Option<u32>) -> PyResult<(usize, usize, usize)> {
+    let sh = state::resolve(instance)?;
+    let (free, largest) = sh.heap_free();
+    Ok((sh.heap_size(), free, largest))
+}
+
+/// Engine routing to each PE, e.g. "HCCS x4".
+#[pyfunction]
+#[pyo3(signature = (instance = None))]
+pub(crate) fn route_summary(instance: Option<u32>) -> PyResult<String> {
+    Ok(state::resolve(instance)?.route_summary())
+}
+
+/// Whether `pe` is reachable.
+#[pyfunction]
+pub(crate) fn pe_accessible(pe: i64) -> bool {
+    usize::try_from(pe).is_ok_and(shmem::pe_accessible)
+}
+
+/// Ends the whole job with `status` on every PE (does not return).
+#[pyfunction]
+#[pyo3(signature = (status = 0))]
+pub(crate) fn global_exit(py: Python<'_>, status: i32) -> PyResult<()> {
+    // Flush what Python buffered: the process ends without unwinding.
+    if let Ok(sys) = py.import("sys") {
+        for s in ["stdout", "stderr"] {
+            let _ = sys.getattr(s).and_then(|f| f.call_method0("flush"));
+        }
+    }
+    shmem::global_exit(status)
+}
+
+/// Parses a byte size with an optional K/M/G suffix.
+#[pyfunction]
+pub(crate) fn parse_size(text: &str) -> PyResult<usize> {
+    shmem::config_parse_size(text).map_err(|e| invalid(format!("size {text:?}: {e}")))
+}
+
+/// Runs `n` PEs of `program args...` on this machine (the `shmemrun`
+/// logic); returns (exit code, failure line or None).
+#[pyfunction]
+#[pyo3(signature = (n, program, args, engine = None, tag_output = false, env = Vec::new(), timeout = None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch(
+    py: Python<'_>,
+    n: usize,
+    program: String,
+    args: Vec<String>,
+    engine: Option<String>,
+    tag_output: bool,
+    env: Vec<(String, String)>,
+    timeout: Option<f64>,
+) -> PyResult<(i32, Option<String>)> {
+    if n == 0 {
+        return Err(invalid("the number of PEs must be at least 1"));
+    }
+    let mut opts = shmem::launch::LaunchOptions::new(n, program);
+    opts.args = args.into_iter().map(Into::into).collect();
+    opts.engine = engine;
+    opts.tag_output = tag_output;
+    opts.env = env;
+    if let Some(t) = timeout {
+        if !(t.is_finite() && t > 0.0) {
+            return Err(invalid(format!(
+                "timeout {t} must be a positive number of seconds"
+            )));
+        }
+        opts.timeout = Some(Duration::from_secs_f64(t));
+    }
+    let report = py.detach(move || shmem::launch::launch(&opts)).py()?;
+    Ok((report.exit_code(), report.summary()))
+}

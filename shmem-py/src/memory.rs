@@ -1,0 +1,677 @@
+//! Symmetric memory as Python sees it: the `Buffer` class, allocation and
+//! free, peer views, and the conversion of any Python object that exposes
+//! memory (a `Buffer`, a numpy array or other buffer-protocol object, a CPU
+//! torch tensor) into an address range.
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3::{ffi, IntoPyObjectExt};
+use shmem::Shmem;
+
+use crate::dlpack;
+use crate::dtype::Dtype;
+use crate::errors::{error, invalid, with_context, OrPy, ShmemError};
+use crate::state::{self, Keep};
+
+/// One symmetric allocation, shared by its `Buffer` and the peer views of it.
+#[derive(Debug)]
+pub(crate) struct Allocation {
+    freed: AtomicBool,
+    release: bool,
+    except_on_del: bool,
+}
+
+/// A range of symmetric memory: an allocation on this PE (from `buffer`,
+/// `calloc`, `align`, `malloc`) or, from `get_peer_buffer`, the same object
+/// in another PE's heap mapped into this process.
+///
+/// numpy and torch view it without a copy: `numpy.asarray(buf)` (buffer
+/// protocol, or `__array_interface__`) and `torch.from_dlpack(buf)` (DLPack)
+/// give a writable `uint8` array of `length` bytes at `addr`. The memory stays
+/// mapped while any view of it lives, even after `free` or `finalize`, so a
+/// stale view reads stale data but never crashes the interpreter.
+#[pyclass(module = "shmem.core", frozen, weakref)]
+pub struct Buffer {
+    pub(crate) sh: Shmem,
+    pub(crate) offset: usize,
+    pub(crate) length: usize,
+    pub(crate) addr: usize,
+    pub(crate) mem_type: u32,
+    /// `Some(pe)` for a view of another PE's copy (`get_peer_buffer`).
+    pub(crate) peer: Option<usize>,
+    pub(crate) alloc: Arc<Allocation>,
+}
+
+impl Buffer {
+    fn check_live(&self) -> PyResult<()> {
+        if self.alloc.freed.load(Ordering::Acquire) {
+            return Err(error(format!(
+                "{} has been freed; allocate a new one",
+                self.describe()
+            )));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let whose = match self.peer {
+            Some(pe) => format!(" (view of PE {pe}'s copy)"),
+            None => String::new(),
+        };
+        format!(
+            "Buffer of {} bytes at heap offset {:#x} on PE {} (instance {}){whose}",
+            self.length,
+            self.offset,
+            self.sh.my_pe(),
+            self.sh.instance()
+        )
+    }
+
+    /// Whether `free` has run on it (or on the buffer it views).
+    pub(crate) fn is_freed(&self) -> bool {
+        self.alloc.freed.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let leaked = self.peer.is_none()
+            && !self.alloc.release
+            && self.alloc.except_on_del
+            && !self.alloc.freed.load(Ordering::Acquire)
+            && !self.sh.is_finalized();
+        if leaked {
+            let msg = format!(
+                "{} was garbage-collected without free(); free is collective, so call \
+                 shmem.core.free(buf) on every PE (or allocate with release=True or \
+                 except_on_del=False to opt out of this check)",
+                self.describe()
+            );
+            // A pyclass is dropped from tp_dealloc or with the interpreter
+            // attached; try_attach is a no-op re-entry then, and skips the
+            // report if the interpreter is already gone.
+            Python::try_attach(|py| ShmemError::new_err(msg).write_unraisable(py, None));
+        }
+    }
+}
+
+#[pymethods]
+impl Buffer {
+    /// Address of the first byte in this process.
+    #[getter]
+    fn addr(&self) -> usize {
+        self.addr
+    }
+    /// Size in bytes.
+    #[getter]
+    fn length(&self) -> usize {
+        self.length
+    }
+    /// The `MemType` it was allocated with (an int: 0 host, 1 device).
+    #[getter]
+    fn mem_type(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let v = self.mem_type;
+        match py
+            .import("shmem._enums")
+            .and_then(|m| m.getattr("MemType"))
+            .and_then(|t| t.call1((v,)))
+        {
+            Ok(e) => Ok(e.unbind()),
+            Err(_) => v.into_py_any(py),
+        }
+    }
+    /// Offset in the symmetric heap (the same on every PE).
+    #[getter]
+    fn offset(&self) -> usize {
+        self.offset
+    }
+    /// The PE whose memory this is: this PE, or the peer of a peer view.
+    #[getter]
+    fn pe(&self) -> usize {
+        self.peer.unwrap_or_else(|| self.sh.my_pe())
+    }
+    /// Whether this is a view of another PE's copy (`get_peer_buffer`).
+    #[getter]
+    fn is_peer(&self) -> bool {
+        self.peer.is_some()
+    }
+    /// The instance that allocated it.
+    #[getter]
+    fn instance(&self) -> u32 {
+        self.sh.instance()
+    }
+    /// Whether it has been freed.
+    #[getter]
+    fn freed(&self) -> bool {
+        self.is_freed()
+    }
+    fn __len__(&self) -> usize {
+        self.length
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "<shmem Buffer addr={:#x} length={} offset={:#x} pe={} instance={}{}>",
+            self.addr,
+            self.length,
+            self.offset,
+            self.pe(),
+            self.sh.instance(),
+            if self.is_freed() { " freed" } else { "" }
+        )
+    }
+
+    /// A numpy array viewing the memory (no copy): `dtype` elements, 1-D
+    /// unless `shape` is given.
+    #[pyo3(signature = (dtype = None, shape = None))]
+    fn numpy<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        shape: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let np = py.import("numpy")?;
+        let dt = match dtype {
+            Some(d) => d.clone(),
+            None => "uint8".into_bound_py_any(py)?,
+        };
+        let arr = np.call_method1("frombuffer", (slf, dt))?;
+        match shape {
+            Some(s) => arr.call_method1("reshape", (s,)),
+            None => Ok(arr),
+        }
+    }
+
+    /// Buffer protocol: a writable, contiguous `uint8` view.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let b = slf.get();
+        b.check_live()?;
+        let len = isize::try_from(b.length).map_err(|_| invalid("buffer too large"))?;
+        // SAFETY: `view` is the Py_buffer CPython handed us; the range is
+        // mapped for as long as `slf` lives (it holds the runtime, which holds
+        // the mapping), and PyBuffer_FillInfo stores a new reference to
+        // `slf` in view->obj.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                b.addr as *mut std::ffi::c_void,
+                len,
+                0,
+                flags,
+            )
+        };
+        if rc == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+
+    /// numpy's array interface (version 3): `length` bytes of `uint8`.
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.check_live()?;
+        let d = PyDict::new(py);
+        d.set_item("shape", (self.length,))?;
+        d.set_item("typestr", "|u1")?;
+        d.set_item("data", (self.addr, false))?;
+        d.set_item("strides", py.None())?;
+        d.set_item("version", 3)?;
+        Ok(d)
+    }
+
+    /// DLPack export (`torch.from_dlpack(buf)`, `numpy.from_dlpack(buf)`): a
+    /// 1-D `uint8` CPU tensor over the memory. `stream` must be None (CPU
+    /// memory needs no synchronisation); `copy=True` is refused.
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let b = slf.get();
+        b.check_live()?;
+        if let Some(s) = stream {
+            if !s.is_none() && s.extract::<i64>().ok() != Some(-1) {
+                return Err(PyBufferError::new_err(
+                    "shmem Buffers are CPU memory: __dlpack__ takes stream=None",
+                ));
+            }
+        }
+        if let Some(dev) = dl_device {
+            if dev != dlpack::CPU_DEVICE {
+                return Err(PyBufferError::new_err(format!(
+                    "shmem Buffers live on the CPU device {:?}, not {dev:?}",
+                    dlpack::CPU_DEVICE
+                )));
+            }
+        }
+        if copy == Some(true) {
+            return Err(PyBufferError::new_err(
+                "shmem Buffers are exported without a copy (copy=True is not supported)",
+            ));
+        }
+        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+        dlpack::export(
+            slf.clone().into_any().unbind(),
+            b.addr,
+            b.length,
+            versioned,
+            slf.py(),
+        )
+    }
+
+    /// `(kDLCPU, 0)`: the memory is host memory whatever its `mem_type`.
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        dlpack::CPU_DEVICE
+    }
+}
+
+// ----- converting Python objects to memory ranges ---------------------------
+
+/// A range of this process's memory taken from a Python object.
+pub(crate) struct Local {
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
+    pub(crate) itemsize: usize,
+    pub(crate) dtype: Option<Dtype>,
+    /// Keeps the memory alive and in place while the range is used.
+    pub(crate) keep: Keep,
+}
+
+fn describe_type(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// The memory of `obj`: a shmem `Buffer` (own or peer view), a C-contiguous
+/// buffer-protocol object (writable when `writable`), or a contiguous CPU
+/// torch tensor.
+pub(crate) fn local(obj: &Bound<'_, PyAny>, arg: &str, writable: bool) -> PyResult<Local> {
+    if let Ok(b) = obj.cast::<Buffer>() {
+        let b = b.get();
+        b.check_live()?;
+        return Ok(Local {
+            addr: b.addr,
+            len: b.length,
+            itemsize: 1,
+            dtype: None,
+            keep: Keep::Object(obj.clone().unbind()),
+        });
+    }
+    // SAFETY: obj is a valid object and we are attached.
+    if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 1 {
+        let buf = PyUntypedBuffer::get(obj)
+            .map_err(|e| invalid(format!("`{arg}`: cannot read its memory: {e}")))?;
+        if !buf.is_c_contiguous() {
+            return Err(invalid(format!(
+                "`{arg}` must be C-contiguous (got a strided view of shape {:?}); \
+                 pass numpy.ascontiguousarray(...) or a contiguous slice",
+                buf.shape()
+            )));
+        }
+        if writable && buf.readonly() {
+            return Err(invalid(format!(
+                "`{arg}` is read-only ({}); it receives data, so pass a writable array",
+                describe_type(obj)
+            )));
+        }
+        let dtype = buf.format().to_str().ok().and_then(Dtype::from_format);
+        return Ok(Local {
+            addr: buf.buf_ptr() as usize,
+            len: buf.len_bytes(),
+            itemsize: buf.item_size().max(1),
+            dtype,
+            keep: Keep::Export(buf),
+        });
+    }
+    if obj.hasattr("data_ptr")? && obj.hasattr("element_size")? {
+        return torch_local(obj, arg);
+    }
+    Err(PyTypeError::new_err(format!(
+        "`{arg}` must be a shmem Buffer, an object with the buffer protocol (numpy array, \
+         bytes, bytearray, memoryview) or a contiguous CPU torch tensor, not {}",
+        describe_type(obj)
+    )))
+}
+
+fn torch_local(t: &Bound<'_, PyAny>, arg: &str) -> PyResult<Local> {
+    let device: String = t.getattr("device")?.getattr("type")?.extract()?;
+    if device != "cpu" {
+        return Err(invalid(format!(
+            "`{arg}` is a torch tensor on device {device:?}; shmem memory is host memory, use a CPU tensor"
+        )));
+    }
+    if !t.call_method0("is_contiguous")?.extract::<bool>()? {
+        return Err(invalid(format!(
+            "`{arg}` must be a contiguous tensor (call .contiguous())"
+        )));
+    }
+    let itemsize: usize = t.call_method0("element_size")?.extract()?;
+    let numel: usize = t.call_method0("numel")?.extract()?;
+    let addr: usize = t.call_method0("data_ptr")?.extract()?;
+    let dtype_name: String = t.getattr("dtype")?.str()?.extract()?;
+    Ok(Local {
+        addr,
+        len: numel * itemsize,
+        itemsize: itemsize.max(1),
+        dtype: Dtype::from_name(&dtype_name),
+        keep: Keep::Object(t.clone().unbind()),
+    })
+}
+
+/// A symmetric object named from Python: the instance it belongs to, its
+/// heap offset and size, and its element type when the object carries one.
+pub(crate) struct Sym {
+    pub(crate) sh: Shmem,
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+    pub(crate) itemsize: usize,
+    pub(crate) dtype: Option<Dtype>,
+}
+
+impl Sym {
+    /// Applies an explicit `dtype=` argument (a numpy dtype or type, a
+    /// torch dtype, or a name).
+    pub(crate) fn with_dtype(mut self, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Sym> {
+        if let Some(dt) = dtype_arg(dtype)? {
+            self.dtype = Some(dt);
+            self.itemsize = dt.size();
+        }
+        Ok(self)
+    }
+
+    /// Number of whole elements.
+    pub(crate) fn count(&self) -> usize {
+        self.len / self.itemsize.max(1)
+    }
+
+    /// The element type, or an error asking for `dtype=`.
+    pub(crate) fn require_dtype(&self, arg: &str, what: &str) -> PyResult<Dtype> {
+        self.dtype.ok_or_else(|| {
+            invalid(format!(
+                "`{arg}` carries no element type that {what} understands; view it as a typed \
+                 numpy array (buf.numpy(dtype)) or pass dtype="
+            ))
+        })
+    }
+
+    pub(crate) fn instance(&self) -> u32 {
+        self.sh.instance()
+    }
+}
+
+/// `obj` as a symmetric object of this PE: a `Buffer`, or a numpy array /
+/// torch tensor viewing symmetric memory (any instance's heap).
+pub(crate) fn sym(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Sym> {
+    if let Ok(b) = obj.cast::<Buffer>() {
+        let b = b.get();
+        b.check_live()?;
+        if let Some(pe) = b.peer {
+            return Err(invalid(format!(
+                "`{arg}` is a view of PE {pe}'s memory (get_peer_buffer); pass the local \
+                 Buffer and name the PE in the call"
+            )));
+        }
+        return Ok(Sym {
+            sh: b.sh.clone(),
+            offset: b.offset,
+            len: b.length,
+            itemsize: 1,
+            dtype: None,
+        });
+    }
+    let l = local(obj, arg, false)?;
+    sym_at(l.addr, l.len, arg).map(|mut s| {
+        s.itemsize = l.itemsize;
+        s.dtype = l.dtype;
+        s
+    })
+}
+
+/// The symmetric object at `addr..addr+len` of this process.
+pub(crate) fn sym_at(addr: usize, len: usize, arg: &str) -> PyResult<Sym> {
+    let Some((sh, offset)) = state::owner_of(addr) else {
+        return Err(invalid(format!(
+            "`{arg}` ({len} bytes at address {addr:#x}) is not in a symmetric heap of this \
+             process; allocate it with shmem.core.buffer()/shmem.malloc() (or Manager.malloc_tensor) \
+             and view it with numpy.asarray / torch.from_dlpack"
+        )));
+    };
+    sh.check_range(offset, len)
+        .map_err(with_context(|| format!("`{arg}`")))?;
+    Ok(Sym {
+        sh,
+        offset,
+        len,
+        itemsize: 1,
+        dtype: None,
+    })
+}
+
+/// `sym` if `obj` is symmetric memory of this PE, else `None`.
+pub(crate) fn try_sym(obj: &Bound<'_, PyAny>) -> Option<Sym> {
+    if let Ok(b) = obj.cast::<Buffer>() {
+        if b.get().peer.is_some() {
+            return None;
+        }
+    }
+    sym(obj, "obj").ok()
+}
+
+// ----- allocation ---------------------------------------------------------
+
+fn mem_type_arg(mem_type: u32) -> PyResult<u32> {
+    if mem_type > 1 {
+        return Err(invalid(format!(
+            "mem_type {mem_type} is not a MemType (HOST_SIDE = 0, DEVICE_SIDE = 1)"
+        )));
+    }
+    Ok(mem_type)
+}
+
+/// Allocates `size` bytes on every PE (collective; same arguments everywhere).
+#[pyfunction]
+#[pyo3(signature = (size, alignment = 0, zero = false, release = false, except_on_del = true, mem_type = 1, instance = None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn malloc(
+    py: Python<'_>,
+    size: usize,
+    alignment: usize,
+    zero: bool,
+    release: bool,
+    except_on_del: bool,
+    mem_type: u32,
+    instance: Option<u32>,
+) -> PyResult<Buffer> {
+    let mem_type = mem_type_arg(mem_type)?;
+    let sh = state::resolve(instance)?;
+    let align = if alignment == 0 {
+        shmem_core::heap::MIN_ALIGN
+    } else {
+        alignment
+    };
+    if !align.is_power_of_two() {
+        return Err(invalid(format!(
+            "alignment {alignment} is not a power of two"
+        )));
+    }
+    let sh2 = sh.clone();
+    let offset = py
+        .detach(move || {
+            if zero {
+                sh2.calloc_bytes(size, align)
+            } else {
+                sh2.malloc_bytes(size, align)
+            }
+        })
+        .map_err(with_context(|| {
+            format!(
+                "allocating {size} bytes (alignment {align}) on PE {}",
+                sh.my_pe()
+            )
+        }))?;
+    let addr = sh.local_ptr(offset).py()?.as_ptr() as usize;
+    Ok(Buffer {
+        sh,
+        offset,
+        length: size,
+        addr,
+        mem_type,
+        peer: None,
+        alloc: Arc::new(Allocation {
+            freed: AtomicBool::new(false),
+            release,
+            except_on_del,
+        }),
+    })
+}
+
+/// Frees a Buffer on every PE (collective). A second free of the same
+/// Buffer raises `ShmemError`.
+#[pyfunction]
+pub(crate) fn free(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+    let b = buf.cast::<Buffer>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "free() takes a shmem Buffer, not {}",
+            describe_type(buf)
+        ))
+    })?;
+    let b = b.get();
+    if let Some(pe) = b.peer {
+        return Err(invalid(format!(
+            "cannot free a view of PE {pe}'s memory (get_peer_buffer); free the Buffer it was taken from"
+        )));
+    }
+    let sh = b.sh.clone();
+    if b.alloc.freed.load(Ordering::Acquire) {
+        // Still take part in the collective (with an offset no allocation
+        // has) so that PEs freeing something else fail instead of waiting.
+        let sh2 = sh.clone();
+        let _ = py.detach(move || sh2.free_bytes(usize::MAX));
+        return Err(error(format!(
+            "double free: {} was already freed",
+            b.describe()
+        )));
+    }
+    let off = b.offset;
+    let sh2 = sh.clone();
+    py.detach(move || sh2.free_bytes(off))
+        .map_err(with_context(|| format!("free of {}", b.describe())))?;
+    b.alloc.freed.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// The same object in PE `pe`'s heap, mapped into this process.
+#[pyfunction]
+pub(crate) fn get_peer_buffer(buf: &Bound<'_, Buffer>, pe: i64) -> PyResult<Buffer> {
+    let b = buf.get();
+    b.check_live()?;
+    if let Some(p) = b.peer {
+        return Err(invalid(format!(
+            "this Buffer is already a view of PE {p}'s memory; pass the local Buffer"
+        )));
+    }
+    let pe = pe_arg(pe, b.sh.n_pes())?;
+    let ptr =
+        b.sh.peer_ptr(b.offset, pe)
+            .map_err(with_context(|| format!("get_peer_buffer(PE {pe})")))?
+            .ok_or_else(|| {
+                error(format!(
+                    "PE {pe}'s heap is not mapped into PE {} (engine {}); use put/get to reach it",
+                    b.sh.my_pe(),
+                    b.sh.engine_for(pe).unwrap_or("?")
+                ))
+            })?;
+    Ok(Buffer {
+        sh: b.sh.clone(),
+        offset: b.offset,
+        length: b.length,
+        addr: ptr.as_ptr() as usize,
+        mem_type: b.mem_type,
+        peer: Some(pe),
+        alloc: b.alloc.clone(),
+    })
+}
+
+/// `shmem_ptr`: the address of `obj` (symmetric) in PE `pe`'s heap as
+/// mapped here, or None when `pe`'s memory is not mapped into this process.
+#[pyfunction]
+pub(crate) fn ptr(obj: &Bound<'_, PyAny>, pe: i64) -> PyResult<Option<usize>> {
+    let s = sym(obj, "obj")?;
+    let pe = pe_arg(pe, s.sh.n_pes())?;
+    Ok(s.sh
+        .peer_ptr(s.offset, pe)
+        .py()?
+        .map(|p| p.as_ptr() as usize))
+}
+
+/// Whether `obj` is symmetric memory of this process.
+#[pyfunction]
+pub(crate) fn is_symmetric(obj: &Bound<'_, PyAny>) -> bool {
+    try_sym(obj).is_some()
+}
+
+/// `(instance, offset, length)` of a symmetric object.
+#[pyfunction]
+pub(crate) fn sym_info(obj: &Bound<'_, PyAny>) -> PyResult<(u32, usize, usize)> {
+    let s = sym(obj, "obj")?;
+    Ok((s.instance(), s.offset, s.len))
+}
+
+/// A PE number from Python (negative numbers get a clear message).
+pub(crate) fn pe_arg(pe: i64, n_pes: usize) -> PyResult<usize> {
+    if pe < 0 || pe as u64 >= n_pes as u64 {
+        return Err(invalid(format!(
+            "PE {pe} is out of range: the job has {n_pes} PEs (valid 0..{n_pes})"
+        )));
+    }
+    Ok(pe as usize)
+}
+
+/// A `dtype=` argument: None, a name, a torch dtype, or anything
+/// `numpy.dtype()` accepts.
+pub(crate) fn dtype_arg(dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Dtype>> {
+    let Some(d) = dtype.filter(|d| !d.is_none()) else {
+        return Ok(None);
+    };
+    let name: String = if let Ok(s) = d.extract::<String>() {
+        s
+    } else if d.get_type().module().is_ok_and(|m| m == "torch") {
+        d.str()?.extract()?
+    } else {
+        let np = d.py().import("numpy")?;
+        np.call_method1("dtype", (d,))
+            .and_then(|t| t.getattr("name"))
+            .and_then(|n| n.extract())
+            .map_err(|_| invalid(format!("{d} is not a dtype")))?
+    };
+    let parsed = Dtype::from_name(&name).or_else(|| {
+        // numpy spellings like "<f4" or "i8".
+        let py = d.py();
+        py.import("numpy")
+            .and_then(|np| np.call_method1("dtype", (name.as_str(),)))
+            .and_then(|t| t.getattr("name"))
+            .and_then(|n| n.extract::<String>())
+            .ok()
+            .and_then(|n| Dtype::from_name(&n))
+    });
+    parsed
+        .map(Some)
+        .ok_or_else(|| invalid(format!("dtype {name:?} is not supported")))
+}
