@@ -6,7 +6,9 @@
 
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
-    if (!freopen(argv[2], "w", stderr)) return 2;
+    /* Append: every PE writes here, and a later open must not erase an
+       earlier PE's message. */
+    if (!freopen(argv[2], "a", stderr)) return 2;
     if (strcmp(argv[1], "before_init") == 0) {
         return shmem_my_pe() == 0 ? 3 : 4;   /* never returns */
     }
