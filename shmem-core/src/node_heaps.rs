@@ -19,7 +19,7 @@ use std::time::Instant;
 use crate::heap::{map_fd, unmap};
 use crate::transport::TransportInit;
 use crate::transport::{AmoOp, AmoWidth, SignalOp};
-use crate::wait::{ring, ControlBlock};
+use crate::wait::{ring, ring_after_seqcst, ControlBlock};
 use crate::{Error, Heap, HeapExport, PeId, Result};
 
 /// The heaps of this node's PEs, mapped here (this PE's own included).
@@ -93,7 +93,8 @@ impl NodeHeaps {
             AmoWidth::W64 => amo64(unsafe { AtomicU64::from_ptr(p.cast()) }, op),
         };
         if op != AmoOp::Fetch {
-            Self::wake(base);
+            // SAFETY: every mapped heap starts with its control block.
+            unsafe { ring_after_seqcst(base as *const ControlBlock) };
         }
         old
     }
@@ -112,7 +113,8 @@ impl NodeHeaps {
                 s.fetch_add(value, Ordering::SeqCst);
             }
         }
-        Self::wake(base);
+        // SAFETY: every mapped heap starts with its control block.
+        unsafe { ring_after_seqcst(base as *const ControlBlock) };
     }
 
     /// Size of every heap.

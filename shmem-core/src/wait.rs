@@ -35,8 +35,20 @@ pub unsafe fn ring(cb: *const ControlBlock) {
     // the waiter, or the waiter sees our data.
     fence(Ordering::SeqCst);
     // SAFETY: guaranteed by the caller.
+    unsafe { ring_after_seqcst(cb) }
+}
+
+/// [`ring`] for a writer whose change was itself a `SeqCst` atomic (a
+/// remote atomic or a signal update): the atomic already orders the write
+/// before the `SeqCst` load of `waiters`, so the separate fence is skipped.
+///
+/// # Safety
+/// As for [`ring`].
+#[inline]
+pub unsafe fn ring_after_seqcst(cb: *const ControlBlock) {
+    // SAFETY: guaranteed by the caller.
     let cb = unsafe { &*cb };
-    if cb.waiters.load(Ordering::Relaxed) != 0 && cb.wake_pending.swap(1, Ordering::SeqCst) == 0 {
+    if cb.waiters.load(Ordering::SeqCst) != 0 && cb.wake_pending.swap(1, Ordering::SeqCst) == 0 {
         cb.doorbell.fetch_add(1, Ordering::SeqCst);
         futex_wake(&cb.doorbell);
     }

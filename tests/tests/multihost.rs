@@ -43,11 +43,20 @@ impl Hosts {
         if unsafe { libc::geteuid() } != 0 {
             return Err("not root".into());
         }
+        // Tests run in parallel threads: each set of hosts gets its own
+        // names and subnet.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let pid = std::process::id();
-        let tag = format!("shm{}{}", pid % 100000, n);
-        let subnet = (200 + (pid % 50) as u8, (pid / 50 % 250) as u8 + n as u8);
+        let tag = format!("shm{}x{k}", pid % 100000);
+        let subnet = (200 + (pid % 50) as u8, ((pid / 50 + k * 7) % 250) as u8);
         let hosts = Hosts { tag, n, subnet };
         let sw = hosts.switch();
+        // Leftovers of a run that was killed before its cleanup.
+        for i in 0..n {
+            let _ = ip(&["netns", "del", &hosts.host(i)]);
+        }
+        let _ = ip(&["netns", "del", &sw]);
         ip(&["netns", "add", &sw])?;
         ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &sw, "link", "set", "br0", "up"])?;
