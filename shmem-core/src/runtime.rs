@@ -202,7 +202,7 @@ impl Runtime {
         });
         let policy = WaitPolicy {
             spin: config.spin_duration(local, progress)?,
-            yield_for: if local > cores {
+            yield_for: if local > cores || progress {
                 Duration::from_micros(500)
             } else {
                 Duration::ZERO

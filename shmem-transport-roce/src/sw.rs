@@ -281,6 +281,14 @@ fn serve_qp(mut s: TcpStream, from: PeId, base: usize, heap_size: usize, rkey: u
             Some(format!("wrong remote key {:#x} from PE {from}", r.rkey))
         } else if end.is_none_or(|e| e > heap_size as u64) {
             Some(format!("range [{:#x}, +{width}) from PE {from} is outside the registered heap of {heap_size} bytes", r.off))
+        } else if r.op == Opcode::Write
+            && r.a != 0
+            && (r.b.checked_add(8).is_none_or(|e| e > heap_size as u64) || r.b % 8 != 0)
+        {
+            Some(format!(
+                "signal word at {:#x} from PE {from} is misaligned or outside the registered heap",
+                r.b
+            ))
         } else if matches!(r.op, Opcode::Atomic | Opcode::Signal)
             && (!matches!(width, 4 | 8) || r.off % width != 0)
         {
@@ -308,7 +316,19 @@ fn serve_qp(mut s: TcpStream, from: PeId, base: usize, heap_size: usize, rkey: u
                 if s.read_exact(dst).is_err() {
                     return;
                 }
-                NodeHeaps::wake(base);
+                if r.a == 0 {
+                    NodeHeaps::wake(base);
+                } else {
+                    // Put-with-signal: the signal follows the data it covers.
+                    std::sync::atomic::fence(Ordering::Release);
+                    let op = if r.a == 2 {
+                        SignalOp::Add
+                    } else {
+                        SignalOp::Set
+                    };
+                    // SAFETY: in-heap, aligned signal word (checked above).
+                    unsafe { NodeHeaps::signal(base, r.b as usize, op, r.c) };
+                }
                 w.write_all(
                     &Response {
                         status: Status::Ack,
@@ -602,21 +622,42 @@ impl SwVerbs {
         ptr: *mut u8,
         len: usize,
     ) -> Result<Completion> {
+        self.post_chunks_signal(pe, op, off, ptr, len, None)
+    }
+
+    /// Posts a transfer as work requests of at most [`MAX_MESSAGE`] bytes;
+    /// a write may carry a signal update, applied by the target after the
+    /// last chunk's data.
+    fn post_chunks_signal(
+        &self,
+        pe: PeId,
+        op: Opcode,
+        off: usize,
+        ptr: *mut u8,
+        len: usize,
+        signal: Option<(usize, SignalOp, u64)>,
+    ) -> Result<Completion> {
         let qp = self.qp(pe)?;
         let parts = len.div_ceil(MAX_MESSAGE).max(1);
         let done = Completion::pending(parts);
         for i in 0..parts {
             let o = i * MAX_MESSAGE;
             let n = MAX_MESSAGE.min(len - o);
+            let (a, b, c) = match signal {
+                Some((sig, sop, value)) if i + 1 == parts => {
+                    (if sop == SignalOp::Add { 2 } else { 1 }, sig as u64, value)
+                }
+                _ => (0, 0, 0),
+            };
             let req = Request {
                 op,
                 rkey: 0,
                 seq: 0,
                 off: (off + o) as u64,
                 len: n as u64,
-                a: 0,
-                b: 0,
-                c: 0,
+                a,
+                b,
+                c,
             };
             let (payload, pending): (&[u8], Pending) = if op == Opcode::Write {
                 // SAFETY: the caller keeps `ptr` valid for `len` bytes for this call.
@@ -827,10 +868,17 @@ impl Transport for SwVerbs {
         value: u64,
         _nbi: bool,
     ) -> Result<()> {
-        // Same queue pair, served in order: the signal lands after the data.
-        // SAFETY: forwarded contract.
-        unsafe { self.put(pe, dst, src, len)? };
-        self.signal(pe, sig, op, value)
+        // One work request (per chunk) on one queue pair: the target applies
+        // the signal after the data of the last chunk.
+        self.post_chunks_signal(
+            pe,
+            Opcode::Write,
+            dst,
+            src as *mut u8,
+            len,
+            Some((sig, op, value)),
+        )
+        .map(|_| ())
     }
 
     fn fence(&self) -> Result<()> {
