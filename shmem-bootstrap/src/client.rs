@@ -306,6 +306,18 @@ impl TcpBootstrap {
 
     fn collective(&self, data: &[u8], timeout: Duration, what: &str) -> Result<Vec<Vec<u8>>> {
         self.live()?;
+        // The answer carries every PE's contribution in one frame.
+        let limit = crate::protocol::MAX_FRAME / self.size.max(1) - 64;
+        if data.len() > limit {
+            return Err(Error::invalid(
+                "data",
+                format!(
+                    "{} bytes per PE is more than the control plane carries for {} PEs ({limit} bytes); move bulk data through the symmetric heap",
+                    data.len(),
+                    self.size
+                ),
+            ));
+        }
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         self.send(&Request::Collective {
             seq,
@@ -317,6 +329,12 @@ impl TcpBootstrap {
     /// Stores `value` under `key` in the job's key-value store.
     pub fn set(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.live()?;
+        if key.len() + value.len() > crate::protocol::MAX_FRAME - 64 {
+            return Err(Error::invalid(
+                "value",
+                format!("{} bytes is too large for the config store", value.len()),
+            ));
+        }
         self.send(&Request::Set {
             key: key.to_vec(),
             value: value.to_vec(),

@@ -341,8 +341,8 @@ fn instance_port(config: &Config, instance: u32) -> Result<u16> {
     if start == 0 || end < start {
         return Err(bad("the range must be non-empty and start above 0".into()));
     }
-    let port = start as u32 + instance - 1;
-    if port > end as u32 {
+    let port = start as u64 + instance as u64 - 1;
+    if port > end as u64 {
         return Err(bad(format!(
             "instance {instance} needs port {port}, past the end of the range"
         )));

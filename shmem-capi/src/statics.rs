@@ -23,7 +23,6 @@ use std::thread::JoinHandle;
 
 use shmem::{Cmp, Error, PeId, Result, Runtime, SignalOp, SymRef, SymSlice};
 use shmem_core::transport::{AmoOp, AmoWidth};
-use shmem_core::wait::{self, ControlBlock};
 
 /// A writable segment of the main program: `[start, start + len)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,10 +159,7 @@ impl StaticData {
 
 /// Wakes `pe`'s waiters after its memory changed behind the engines' back.
 pub(crate) fn ring(rt: &Runtime, pe: PeId) {
-    if let Ok(Some(p)) = rt.peer_ptr(0, pe) {
-        // SAFETY: offset 0 of a mapped heap is its control block.
-        unsafe { wait::ring(p.as_ptr() as *const ControlBlock) };
-    }
+    let _ = rt.wake_pe(pe);
 }
 
 // ----- atomics -------------------------------------------------------------

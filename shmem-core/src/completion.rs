@@ -94,16 +94,22 @@ impl Completion {
         if self.state.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
-        let then = self.lock().then.take();
-        if let Some(then) = then {
-            if let Err(e) = then() {
-                self.lock().error.get_or_insert(e.to_string());
-            }
-        }
-        let wakers = {
+        // "No continuation left" and "done" must be one step: a `then`
+        // registered in between would otherwise never run.
+        let wakers = loop {
             let mut slot = self.lock();
-            slot.done = true;
-            std::mem::take(&mut slot.wakers)
+            match slot.then.take() {
+                Some(then) => {
+                    drop(slot);
+                    if let Err(e) = then() {
+                        self.lock().error.get_or_insert(e.to_string());
+                    }
+                }
+                None => {
+                    slot.done = true;
+                    break std::mem::take(&mut slot.wakers);
+                }
+            }
         };
         self.state.cv.notify_all();
         for w in wakers {

@@ -326,8 +326,10 @@ impl Runtime {
     /// Errors unless `[offset, offset+len)` lies inside the heap.
     #[inline]
     pub fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        // The first page holds the runtime's control words (wait doorbell):
+        // no user access may touch it.
         match offset.checked_add(len) {
-            Some(end) if end <= self.size => Ok(()),
+            Some(end) if end <= self.size && offset >= crate::heap::RESERVED_BYTES => Ok(()),
             _ => Err(Error::OutOfHeap {
                 offset,
                 len,
@@ -1441,6 +1443,23 @@ impl Runtime {
             return self.local_ptr(offset).map(Some);
         }
         Ok(t.peer_ptr(pe, offset))
+    }
+
+    /// Wakes `pe`'s blocked waiters after its memory changed outside the
+    /// engines (e.g. through `put_to_address`); a no-op for a PE whose heap
+    /// is not mapped here (its engine wakes it).
+    pub fn wake_pe(&self, pe: PeId) -> Result<()> {
+        let t = self.route(pe)?;
+        let p = if pe == self.my_pe {
+            Some(self.base)
+        } else {
+            t.peer_ptr(pe, 0)
+        };
+        if let Some(p) = p {
+            // SAFETY: offset 0 of a mapped heap is its control block.
+            unsafe { wait::ring(p.as_ptr() as *const ControlBlock) };
+        }
+        Ok(())
     }
 
     /// Typed [`Runtime::peer_ptr`].

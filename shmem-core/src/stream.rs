@@ -25,6 +25,8 @@ type Work = Box<dyn FnOnce(&Runtime) -> Result<()> + Send>;
 struct Job {
     desc: String,
     seq: u64,
+    /// Runs even after a failure (event records).
+    always: bool,
     work: Work,
 }
 
@@ -35,9 +37,10 @@ struct State {
     failed: Option<(u64, String, String)>,
 }
 
+/// State shared by the handles and the worker (which holds it strongly, so
+/// work queued before the last handle is dropped still runs).
 struct Inner {
     id: u64,
-    tx: Mutex<Option<mpsc::Sender<Job>>>,
     state: Mutex<State>,
     cv: Condvar,
     worker: Mutex<Option<JoinHandle<()>>>,
@@ -54,6 +57,9 @@ impl Inner {
 #[derive(Clone)]
 pub struct Stream {
     inner: Arc<Inner>,
+    /// The queue; the worker exits once every handle (and so this sender)
+    /// is gone and the queue is drained.
+    tx: Arc<Mutex<mpsc::Sender<Job>>>,
     rt: Arc<Runtime>,
 }
 
@@ -76,30 +82,41 @@ impl Stream {
         let (tx, rx) = mpsc::channel::<Job>();
         let inner = Arc::new(Inner {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            tx: Mutex::new(Some(tx)),
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
             worker: Mutex::new(None),
         });
-        let (i2, rt2) = (Arc::downgrade(&inner), rt.clone());
+        let (i2, rt2) = (inner.clone(), rt.clone());
         let handle = std::thread::Builder::new()
             .name(format!("shmem-stream-{}", inner.id))
             .spawn(move || {
                 for job in rx {
-                    let Some(inner) = i2.upgrade() else { return };
-                    let skip = inner.lock().failed.is_some();
-                    let result = if skip { Ok(()) } else { (job.work)(&rt2) };
-                    let mut st = inner.lock();
+                    // Event records always run, so that waiters on an event
+                    // are released even behind a failed operation.
+                    let skip = i2.lock().failed.is_some() && !job.always;
+                    let result = if skip {
+                        Ok(())
+                    } else {
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.work)(&rt2)))
+                            .unwrap_or_else(|_| {
+                                Err(Error::invalid("stream", "the operation panicked"))
+                            })
+                    };
+                    let mut st = i2.lock();
                     if let Err(e) = result {
-                        st.failed = Some((job.seq, job.desc, e.to_string()));
+                        st.failed.get_or_insert((job.seq, job.desc, e.to_string()));
                     }
                     st.executed = job.seq;
-                    inner.cv.notify_all();
+                    i2.cv.notify_all();
                 }
             })
             .map_err(|e| Error::os("spawning a stream worker", e))?;
         *inner.worker.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
-        Ok(Stream { inner, rt })
+        Ok(Stream {
+            inner,
+            tx: Arc::new(Mutex::new(tx)),
+            rt,
+        })
     }
 
     /// Enqueues an arbitrary operation; `desc` names it in errors.
@@ -108,17 +125,24 @@ impl Stream {
         desc: impl Into<String>,
         work: impl FnOnce(&Runtime) -> Result<()> + Send + 'static,
     ) -> Result<()> {
-        let tx = self.inner.tx.lock().unwrap_or_else(|p| p.into_inner());
-        let tx = tx.as_ref().ok_or(Error::NotInitialized)?;
+        self.push(desc.into(), false, Box::new(work))
+    }
+
+    fn push(&self, desc: String, always: bool, work: Work) -> Result<()> {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         let mut st = self.inner.lock();
         st.enqueued += 1;
         let job = Job {
-            desc: desc.into(),
+            desc,
             seq: st.enqueued,
-            work: Box::new(work),
+            always,
+            work,
         };
-        tx.send(job)
-            .map_err(|_| Error::invalid("stream", "the stream worker has stopped"))
+        if tx.send(job).is_err() {
+            st.enqueued -= 1;
+            return Err(Error::invalid("stream", "the stream worker has stopped"));
+        }
+        Ok(())
     }
 
     /// Blocks until every operation enqueued so far has run. Returns the
@@ -127,6 +151,16 @@ impl Stream {
         let target = self.inner.lock().enqueued;
         let mut st = self.inner.lock();
         while st.executed < target {
+            let gone = self
+                .inner
+                .worker
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .is_none_or(|w| w.is_finished());
+            if gone {
+                return Err(Error::invalid("stream", "the stream worker has stopped"));
+            }
             self.rt.bootstrap().check_peers()?;
             st = self
                 .inner
@@ -276,10 +310,14 @@ impl Stream {
     pub fn record(&self, event: &Event) -> Result<()> {
         let generation = event.arm();
         let ev = event.clone();
-        self.enqueue("event record", move |_| {
-            ev.complete(generation);
-            Ok(())
-        })
+        self.push(
+            "event record".into(),
+            true,
+            Box::new(move |_| {
+                ev.complete(generation);
+                Ok(())
+            }),
+        )
     }
 
     /// Makes this stream wait until `event`'s latest recording has been reached.

@@ -143,9 +143,12 @@ pub unsafe fn wait_until<E>(
     let cb = unsafe { &*cb };
     cb.waiters.fetch_add(1, Ordering::SeqCst);
     let result = loop {
-        // Re-arm: the next writer after this point wakes us (see `ring`).
-        cb.wake_pending.store(0, Ordering::SeqCst);
+        // Read the doorbell first, then re-arm: a writer that finds the
+        // flag already set implies an earlier writer bumps the doorbell
+        // after `seq` was read, so the futex wait below cannot miss it.
         let seq = cb.doorbell.load(Ordering::SeqCst);
+        cb.wake_pending.store(0, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         if ready() {
             break Ok(());
         }

@@ -350,6 +350,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
     install_handlers();
 
     let mut children: Vec<Option<Child>> = Vec::with_capacity(n);
+    let mut groups: Vec<i32> = Vec::with_capacity(n);
     let mut forwarders = Vec::new();
     for pe in 0..n {
         let rank = first + pe;
@@ -392,6 +393,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
         }
         match cmd.spawn() {
             Ok(mut child) => {
+                groups.push(child.id() as i32);
                 if let Some(o) = child.stdout.take() {
                     forwarders.push(forward_lines(o, pe, false));
                 }
@@ -482,6 +484,14 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
         }
         if !progressed {
             std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    // Anything a PE left running in its process group (a background child
+    // holding our output pipe, say) goes with the job.
+    for &g in &groups {
+        // SAFETY: kill on a process group this launcher created.
+        unsafe {
+            libc::kill(-g, libc::SIGKILL);
         }
     }
     for f in forwarders {

@@ -102,3 +102,25 @@ fn ctrl_c_is_forwarded_and_the_job_stops() {
     };
     assert_eq!(status.code(), Some(130));
 }
+
+#[test]
+fn a_background_child_holding_the_output_does_not_hang_the_launcher() {
+    let t = Instant::now();
+    let out = shmemrun()
+        .args([
+            "-n",
+            "2",
+            "--tag-output",
+            "sh",
+            "-c",
+            "sleep 30 & echo started",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t.elapsed()
+    );
+}

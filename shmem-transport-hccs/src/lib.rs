@@ -40,16 +40,12 @@ shmem_core::inventory::submit! {
 /// The intra-node engine: one mapping of each same-node PE's heap.
 #[derive(Debug)]
 pub struct Hccs {
-    my_pe: PeId,
     heaps: NodeHeaps,
 }
 
 fn create(init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
     let heaps = NodeHeaps::map(init, NAME)?;
-    Ok(Arc::new(Hccs {
-        my_pe: init.bootstrap.rank(),
-        heaps,
-    }))
+    Ok(Arc::new(Hccs { heaps }))
 }
 
 impl Hccs {
@@ -89,9 +85,8 @@ impl Transport for Hccs {
         // runtime); src is valid per the caller; `copy` allows overlap when
         // the target is this PE's own heap.
         unsafe { std::ptr::copy(src, base.add(dst), len) };
-        if pe != self.my_pe {
-            self.wake(base);
-        }
+        // Also for this PE: another thread of it may be waiting on the data.
+        self.wake(base);
         Ok(())
     }
 

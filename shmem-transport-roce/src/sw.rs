@@ -145,11 +145,29 @@ impl QueuePair {
         payload: &[u8],
         pending: Pending,
     ) -> Result<()> {
-        self.check()?;
         req.rkey = self.rkey;
         let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         req.seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        self.lock_pending().insert(req.seq, pending);
+        {
+            // Registered under the pending lock, and only while the queue
+            // pair is alive: the completion thread marks it failed and drains
+            // under the same lock, so no request is left unanswered.
+            let mut p = self.lock_pending();
+            let dead = self
+                .failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if let Some(why) = dead {
+                drop(p);
+                pending.fail(&why);
+                return Err(Error::PeerExited {
+                    pe: self.pe,
+                    detail: why,
+                });
+            }
+            p.insert(req.seq, pending);
+        }
         counters.issued.fetch_add(1, Ordering::AcqRel);
         if let Err(e) = wire::send(&mut *w, &req.encode(), payload) {
             drop(w);
@@ -235,13 +253,11 @@ fn completion_loop(
     if !stopping.load(Ordering::SeqCst) {
         shmem_log!(Debug, "ROCE/sw: {why}");
     }
-    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
-    let drained: Vec<Pending> = pending
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .drain()
-        .map(|(_, p)| p)
-        .collect();
+    let drained: Vec<Pending> = {
+        let mut p = pending.lock().unwrap_or_else(|p| p.into_inner());
+        *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+        p.drain().map(|(_, p)| p).collect()
+    };
     for p in drained {
         p.fail(&why);
         counters.complete(Some(&why));
@@ -403,7 +419,7 @@ pub struct SwVerbs {
     qps: Vec<Option<QueuePair>>,
     counters: Arc<Counters>,
     stopping: Arc<AtomicBool>,
-    servers: Mutex<Vec<JoinHandle<()>>>,
+    servers: Mutex<Vec<(JoinHandle<()>, TcpStream)>>,
     _heap: Arc<dyn shmem_core::Heap>,
 }
 
@@ -474,9 +490,10 @@ impl SwVerbs {
         let deadline = Instant::now() + init.config.init_timeout;
         let tag2 = tag.clone();
         let reach2 = reach.clone();
+        let serve_heap = heap.clone();
         let accept = std::thread::Builder::new()
             .name("shmem-roce-accept".into())
-            .spawn(move || -> Result<Vec<JoinHandle<()>>> {
+            .spawn(move || -> Result<Vec<(JoinHandle<()>, TcpStream)>> {
                 let mut servers = Vec::new();
                 let mut joined = vec![false; n];
                 listener.set_nonblocking(true).map_err(|e| Error::os("listener", e))?;
@@ -510,11 +527,18 @@ impl SwVerbs {
                         continue;
                     }
                     joined[from] = true;
+                    let closer = s.try_clone().map_err(|e| Error::os("cloning a queue-pair socket", e))?;
+                    // The progress thread keeps the heap mapped for as long
+                    // as it may write into it.
+                    let keep = serve_heap.clone();
                     let h = std::thread::Builder::new()
                         .name(format!("shmem-roce-serve-{from}"))
-                        .spawn(move || serve_qp(s, from, base, heap_size, rkey))
+                        .spawn(move || {
+                            let _heap = keep;
+                            serve_qp(s, from, base, heap_size, rkey)
+                        })
                         .map_err(|e| Error::os("spawning a progress thread", e))?;
-                    servers.push(h);
+                    servers.push((h, closer));
                 }
                 Ok(servers)
             })
@@ -675,7 +699,16 @@ impl SwVerbs {
                     },
                 )
             };
-            qp.post(&self.counters, req, payload, pending)?;
+            if let Err(e) = qp.post(&self.counters, req, payload, pending) {
+                // The failed part is finished by `post`; finish the parts
+                // never posted, then wait for the posted ones, so that no
+                // response can touch the caller's buffer after we return.
+                for _ in i + 1..parts {
+                    done.finish_part(Err(err("not posted after an earlier failure")));
+                }
+                let _ = done.wait();
+                return Err(e);
+            }
         }
         Ok(done)
     }
@@ -730,21 +763,26 @@ fn connect(
 impl Drop for SwVerbs {
     fn drop(&mut self) {
         self.stopping.store(true, Ordering::SeqCst);
-        for qp in self.qps.iter().flatten() {
-            let w = qp.writer.lock().unwrap_or_else(|p| p.into_inner());
-            let _ = w.shutdown(std::net::Shutdown::Both);
+        // Queue pairs close themselves (see `QueuePair::drop`); close the
+        // peers' queue pairs into this PE so their progress threads end.
+        let servers = std::mem::take(&mut *self.servers.lock().unwrap_or_else(|p| p.into_inner()));
+        for (_, s) in &servers {
+            let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        for qp in self.qps.iter().flatten() {
-            if let Some(h) = qp.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                let _ = h.join();
-            }
+        for (h, _) in servers {
+            let _ = h.join();
         }
-        // Progress threads end when their initiators close; do not wait on
-        // peers that may still be finishing.
-        self.servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        let w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = w.shutdown(std::net::Shutdown::Both);
+        drop(w);
+        if let Some(h) = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = h.join();
+        }
     }
 }
 

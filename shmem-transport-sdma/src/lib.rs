@@ -300,9 +300,8 @@ impl Transport for Sdma {
         if len <= INLINE_MAX {
             // SAFETY: in-heap destination (checked by the runtime), valid source.
             unsafe { std::ptr::copy(src, base.add(dst), len) };
-            if pe != self.my_pe {
-                NodeHeaps::wake(base);
-            }
+            // Also for this PE: another thread of it may be waiting on the data.
+            NodeHeaps::wake(base);
             return Ok(());
         }
         // SAFETY: blocking: the source outlives the wait below.
@@ -338,7 +337,7 @@ impl Transport for Sdma {
         len: usize,
     ) -> Result<Completion> {
         let base = self.heaps.require(pe)?;
-        let wake = (pe != self.my_pe).then_some(base);
+        let wake = Some(base);
         // SAFETY: in-heap destination; the source's lifetime is the caller's contract.
         self.issue(src, unsafe { base.add(dst) }, len, wake)
     }

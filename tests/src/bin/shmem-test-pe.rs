@@ -597,6 +597,16 @@ fn errors(pe: &Shmem) -> Result<()> {
         pe.put_bytes(0, heap - 4, &[0u8; 8]),
         "outside the symmetric heap",
     )?;
+    // The first page holds the runtime's wait doorbell: not user memory.
+    expect_err(
+        me,
+        pe.put_bytes(0, 0, &[0u8; 8]),
+        "outside the symmetric heap",
+    )?;
+    let amo = pe
+        .runtime()
+        .atomic_raw(0, 8, shmem_core::AmoWidth::W64, shmem_core::AmoOp::Fetch);
+    expect_err(me, amo, "outside")?;
     expect_err(
         me,
         pe.get_bytes(0, usize::MAX - 2, &mut [0u8; 8]),
@@ -870,6 +880,27 @@ fn streams(pe: &Shmem) -> Result<()> {
             .map_err(|_| Error::invalid("lock", "poisoned"))?
             == vec!["a", "b"],
         "event order"
+    );
+    // A panicking callback is an error at synchronize, not a dead stream.
+    s.host_fn(|| panic!("callback bug"))?;
+    expect_err(me, s.synchronize(), "panicked")?;
+    // An event recorded behind a failed operation is still reached.
+    let ev2 = shmem::Event::new();
+    s.put_owned(&slot, vec![1u64; 4], n + 1)?;
+    s.record(&ev2)?;
+    ev2.synchronize()?;
+    expect_err(me, s.synchronize(), "failed")?;
+    // Work queued before the last handle is dropped still runs.
+    {
+        let t = pe.create_stream()?;
+        t.put_owned(slot.slice(0..4)?, vec![77u64; 4], me)?;
+        t.signal_op(sig.at(1)?, 1_000_000, SignalOp::Set, me)?;
+    }
+    pe.signal_wait_until(sig.at(1)?, Cmp::Eq, 1_000_000)?;
+    check!(
+        me,
+        pe.read_local(slot.slice(0..4)?)? == vec![77u64; 4],
+        "dropped stream's work"
     );
     // A barrier on a stream, then quiet.
     pe.barrier_all_on_stream(&a)?;
