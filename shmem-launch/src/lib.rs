@@ -58,6 +58,9 @@ pub struct LaunchOptions {
     /// Let rank 0 host the store at this address instead of the launcher
     /// (for PEs in another network namespace than the launcher).
     pub store_on_rank0: Option<SocketAddr>,
+    /// Bind each PE to its own core when there are enough cores (default
+    /// true; `SHMEM_BIND=none` or `--bind-to none` turns it off).
+    pub bind: bool,
     /// Per-PE command prefix (e.g. `ip netns exec host1`); PE i runs
     /// `prefix[i] ++ [program] ++ args`. Empty: no prefix.
     pub prefix: Vec<Vec<OsString>>,
@@ -80,6 +83,7 @@ impl LaunchOptions {
             master: None,
             store_on_rank0: None,
             prefix: Vec::new(),
+            bind: !std::env::var("SHMEM_BIND").is_ok_and(|v| v.trim().eq_ignore_ascii_case("none")),
         }
     }
 }
@@ -273,6 +277,25 @@ fn signal_group(child: &Child, sig: i32) {
     }
 }
 
+/// The cores this process may run on, one per PE, when there are at least
+/// as many as PEs; empty otherwise (no binding).
+fn cpu_binding(n: usize) -> Vec<usize> {
+    // SAFETY: sched_getaffinity fills the zeroed set we own.
+    let allowed: Vec<usize> = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    };
+    if allowed.len() < n {
+        return Vec::new();
+    }
+    allowed.into_iter().take(n).collect()
+}
+
 /// Starts the job and waits for it. Errors only when the job could not be
 /// started; a failing PE is reported in the [`JobReport`].
 pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
@@ -349,6 +372,14 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
         };
     install_handlers();
 
+    // One core per PE when they fit (as MPI launchers bind by default):
+    // otherwise the scheduler may stack two communicating PEs on one core,
+    // where every hand-over costs a time slice.
+    let bind = if opts.bind {
+        cpu_binding(n)
+    } else {
+        Vec::new()
+    };
     let mut children: Vec<Option<Child>> = Vec::with_capacity(n);
     let mut groups: Vec<i32> = Vec::with_capacity(n);
     let mut forwarders = Vec::new();
@@ -383,11 +414,18 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
         if opts.tag_output {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
-        // SAFETY: only async-signal-safe calls between fork and exec.
+        let cpu = bind.get(pe).copied();
+        // SAFETY: only async-signal-safe calls (plain system calls) between
+        // fork and exec; the cpu set is built on the stack.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::setpgid(0, 0);
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if let Some(c) = cpu {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(c, &mut set);
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                }
                 Ok(())
             });
         }

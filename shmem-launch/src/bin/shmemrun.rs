@@ -17,6 +17,7 @@ When a PE fails the others are stopped and shmemrun exits non-zero, naming it.
   --tag-output       prefix every output line with [PE i]
   --env K=V          extra environment variable for every PE
   --timeout SECS     stop the whole job after SECS seconds (exit 124)
+  --bind-to core|none  one core per PE when they fit (default core; SHMEM_BIND=none)
   --nnodes K         the job spans K nodes, each running shmemrun with -n N
   --node-rank R      this node's index (its PEs get ranks R*N .. R*N+N-1)
   --master-addr A    node 0's address; its shmemrun hosts the store on port P+1
@@ -52,6 +53,7 @@ fn parse(args: Vec<OsString>) -> Result<Option<LaunchOptions>, String> {
     let mut tag = false;
     let mut env = Vec::new();
     let mut timeout = None;
+    let mut bind: Option<bool> = None;
     let mut nnodes = 1usize;
     let mut node_rank = 0usize;
     let mut master_addr: Option<String> = None;
@@ -78,6 +80,14 @@ fn parse(args: Vec<OsString>) -> Result<Option<LaunchOptions>, String> {
             }
             "--engine" => engine = Some(value("--engine")?),
             "--tag-output" => tag = true,
+            "--bind-to" => {
+                let v = value("--bind-to")?;
+                bind = match v.as_str() {
+                    "core" => Some(true),
+                    "none" => Some(false),
+                    _ => return Err(format!("--bind-to {v:?}: expected core or none")),
+                };
+            }
             "--nnodes" => {
                 let v = value("--nnodes")?;
                 nnodes = v
@@ -125,6 +135,9 @@ fn parse(args: Vec<OsString>) -> Result<Option<LaunchOptions>, String> {
     opts.tag_output = tag;
     opts.env = env;
     opts.timeout = timeout;
+    if let Some(b) = bind {
+        opts.bind = b;
+    }
     opts.nnodes = nnodes;
     opts.node_rank = node_rank;
     if let Some(a) = master_addr {
