@@ -260,6 +260,9 @@ config_table! {
     /// Interface the bootstrap binds / engines listen on.
     bootstrap_ifname: String = "SHMEM_BOOTSTRAP_IFNAME", "",
         "Network interface whose IPv4 address rank 0's store binds to for UniqueId init (overrides the automatic choice)";
+    /// CPU binding of launched PEs.
+    bind: String = "SHMEM_BIND", "core",
+        "How shmemrun places PEs: core (one core each when they fit, the default) or none";
     /// Copy-engine threads.
     sdma_engines: u64 = "SHMEM_SDMA_ENGINES", "0",
         "Copy-engine threads of the SDMA transport (0: half the cores, at least 1, at most 8)";

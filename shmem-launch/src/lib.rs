@@ -83,7 +83,8 @@ impl LaunchOptions {
             master: None,
             store_on_rank0: None,
             prefix: Vec::new(),
-            bind: !std::env::var("SHMEM_BIND").is_ok_and(|v| v.trim().eq_ignore_ascii_case("none")),
+            bind: shmem_core::Config::from_env()
+                .map_or(true, |c| !c.bind.trim().eq_ignore_ascii_case("none")),
         }
     }
 }
