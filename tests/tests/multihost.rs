@@ -220,3 +220,57 @@ fn killed_remote_pe_is_reported() {
         assert_eq!(r.ends[pe], PeEnd::Exited(3), "PE {pe}: {r:?}");
     }
 }
+
+/// The documented two-machine recipe: one `shmemrun` per host with
+/// `--nnodes/--node-rank/--master-addr`, node 0's launcher hosting the store.
+#[test]
+fn shmemrun_per_node_starts_one_job_across_hosts() {
+    let Some(h) = hosts_or_skip(2) else { return };
+    let shmemrun = std::path::Path::new(PE).with_file_name("shmemrun");
+    if !shmemrun.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "shmemrun is not built next to {PE}"
+        );
+        eprintln!("not run: build shmemrun first (scripts/test-all.sh does)");
+        return;
+    }
+    let master = h.addr(0).to_string();
+    let port = (30000 + std::process::id() % 20000).to_string();
+    let mut nodes: Vec<std::process::Child> = (0..2)
+        .map(|node| {
+            Command::new("ip")
+                .args(["netns", "exec", &h.host(node)])
+                .arg(&shmemrun)
+                .args(["-n", "2", "--nnodes", "2", "--node-rank", &node.to_string()])
+                .args([
+                    "--master-addr",
+                    &master,
+                    "--master-port",
+                    &port,
+                    "--timeout",
+                    "60",
+                ])
+                .args([PE, "collectives"])
+                .spawn()
+                .expect("start shmemrun")
+        })
+        .collect();
+    let t = Instant::now();
+    let mut codes = vec![None; 2];
+    while codes.iter().any(|c| c.is_none()) {
+        for (i, n) in nodes.iter_mut().enumerate() {
+            if codes[i].is_none() {
+                codes[i] = n.try_wait().expect("wait").map(|s| s.code());
+            }
+        }
+        if t.elapsed() > Duration::from_secs(90) {
+            for n in &mut nodes {
+                let _ = n.kill();
+            }
+            panic!("the two launchers did not finish: {codes:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(codes, vec![Some(Some(0)), Some(Some(0))]);
+}
