@@ -89,6 +89,19 @@ fn parse_num(name: &'static str, v: &str) -> Result<usize> {
     })
 }
 
+/// `SHMEM_BOOTSTRAP_PORT`, if set.
+fn configured_port(config: &Config) -> Result<Option<u16>> {
+    let text = config.bootstrap_port.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| Error::Config {
+        name: "SHMEM_BOOTSTRAP_PORT",
+        value: config.bootstrap_port.clone(),
+        reason: "not a port number".into(),
+    })
+}
+
 fn resolve(name: &'static str, host: &str, port: u16) -> Result<SocketAddr> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(SocketAddr::new(ip, port));
@@ -174,21 +187,14 @@ pub fn launch_env(
             value: list.clone(),
             reason: "no host in the node list".into(),
         })?;
-        let port = if config.bootstrap_port.trim().is_empty() {
-            let job: u64 = lookup("SLURM_JOB_ID")
-                .and_then(|j| j.trim().parse().ok())
-                .unwrap_or(0);
-            20000 + (job % 20000) as u16
-        } else {
-            config
-                .bootstrap_port
-                .trim()
-                .parse::<u16>()
-                .map_err(|_| Error::Config {
-                    name: "SHMEM_BOOTSTRAP_PORT",
-                    value: config.bootstrap_port.clone(),
-                    reason: "not a port number".into(),
-                })?
+        let port = match configured_port(config)? {
+            Some(p) => p,
+            None => {
+                let job: u64 = lookup("SLURM_JOB_ID")
+                    .and_then(|j| j.trim().parse().ok())
+                    .unwrap_or(0);
+                20000 + (job % 20000) as u16
+            }
         };
         (resolve("SLURM_JOB_NODELIST", &host, port)?, true)
     } else {
@@ -198,16 +204,8 @@ pub fn launch_env(
                 "rank and size are set but no store address (SHMEM_STORE_ADDR or MASTER_ADDR)",
             )
         })?;
-        let port = if !config.bootstrap_port.trim().is_empty() {
-            config
-                .bootstrap_port
-                .trim()
-                .parse::<u16>()
-                .map_err(|_| Error::Config {
-                    name: "SHMEM_BOOTSTRAP_PORT",
-                    value: config.bootstrap_port.clone(),
-                    reason: "not a port number".into(),
-                })?
+        let port = if let Some(p) = configured_port(config)? {
+            p
         } else {
             let mp = lookup(env::TORCH_MASTER_PORT).unwrap_or_else(|| "29500".into());
             let mp: u16 = mp.trim().parse().map_err(|_| Error::Config {

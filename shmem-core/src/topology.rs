@@ -70,16 +70,6 @@ impl Topology {
         })
     }
 
-    /// A topology where every PE is on this node (for tests).
-    pub fn single_node(n: usize, my_pe: PeId) -> Topology {
-        Topology {
-            node_of: vec![0; n],
-            pid_of: vec![0; n],
-            uid_of: vec![0; n],
-            my_pe,
-        }
-    }
-
     /// Whether `pe` runs on this PE's node.
     pub fn same_node(&self, pe: PeId) -> bool {
         self.node_of.get(pe) == self.node_of.get(self.my_pe)

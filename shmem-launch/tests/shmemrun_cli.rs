@@ -85,8 +85,16 @@ fn bad_usage_is_explained() {
 #[test]
 fn ctrl_c_is_forwarded_and_the_job_stops() {
     let mut child = shmemrun().args(["-n", "2", "sleep", "60"]).spawn().unwrap();
-    // Give the launcher time to start its PEs (a timing of this test, not of a PE).
-    std::thread::sleep(Duration::from_millis(300));
+    // Wait until the launcher has started both PEs (its children in /proc).
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    let t = Instant::now();
+    while std::fs::read_to_string(&children).map_or(0, |c| c.split_whitespace().count()) < 2 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "shmemrun did not start its PEs"
+        );
+        std::thread::yield_now();
+    }
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let t = Instant::now();
