@@ -30,13 +30,10 @@ const SPINS_PER_CHECK: u32 = 1 << 16;
 /// Who runs the operation being timed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
-    /// PE 0 (and PE 1 where it answers); the result is PE 0's clock. Other
-    /// PEs wait in the closing barrier.
+    /// PE 0 (and PE 1 where it answers); the result is PE 0's clock. The
+    /// other PEs wait in the closing `barrier_all`, a library wait (and may
+    /// sleep there), as the OSU benchmarks' passive PE does.
     Pair,
-    /// Like [`Scope::Pair`], but PE 1 waits in the closing barrier (and may
-    /// sleep there) instead of spinning: for long operations whose timing
-    /// must not lose a core to a spinning peer (copy-engine threads).
-    PairIdle,
     /// Every PE; samples start after a barrier and each sample's time is the
     /// slowest PE's.
     All,
@@ -77,24 +74,12 @@ pub struct Ctx<'a> {
     memcpy: BTreeMap<usize, f64>,
     cacheline: Option<Option<f64>>,
     started: Instant,
-    pair_done: PairDone,
     /// `--hosts`: the TCP reference between PE 0 and PE 1, when they are on
     /// different hosts (the same on every PE).
     tcp_peer: Option<std::net::SocketAddr>,
     /// The reference connection (PE 0 and PE 1, once opened).
     tcp: Option<std::net::TcpStream>,
     tcp_times: BTreeMap<(TcpKind, usize), f64>,
-}
-
-/// How PE 1 learns that PE 0 finished a [`Scope::Pair`] measurement
-/// without sleeping: a target PE blocked in a library wait has every put or
-/// atomic aimed at it pay a futex wake (a system call), which would be
-/// measured instead of the operation.
-struct PairDone {
-    flag: Option<shmem::SymBuf<u64>>,
-    /// PE 0: PE 1's flag; PE 1: its own.
-    ptr: Option<std::ptr::NonNull<u64>>,
-    seq: u64,
 }
 
 fn to_bytes(v: &[f64]) -> Vec<u8> {
@@ -135,66 +120,22 @@ impl<'a> Ctx<'a> {
     /// A context for one run (collective).
     pub fn new(pe: &'a Shmem, opts: &'a Options) -> Result<Ctx<'a>> {
         let (me, n) = (pe.my_pe(), pe.n_pes());
-        let mut pair_done = PairDone {
-            flag: None,
-            ptr: None,
-            seq: 0,
-        };
-        if n >= 2 {
-            let flag = pe.calloc::<u64>(8)?;
-            let ptr = if me < 2 { pe.ptr(&flag, 1)? } else { None };
-            // Spin only if both PEs of the pair can reach the flag directly.
-            let all = pe
-                .bootstrap()
-                .allgather(&[u8::from(me >= 2 || ptr.is_some())])?;
-            if all.iter().all(|m| m.first() == Some(&1)) {
-                pair_done.ptr = ptr;
-            }
-            pair_done.flag = Some(flag);
-        }
         Ok(Ctx {
             pe,
             opts,
-            me: pe.my_pe(),
-            n: pe.n_pes(),
+            me,
+            n,
             memcpy: BTreeMap::new(),
             cacheline: None,
             started: Instant::now(),
-            pair_done,
             tcp_peer: if n >= 2 { tcp::peer_address() } else { None },
             tcp: None,
             tcp_times: BTreeMap::new(),
         })
     }
 
-    /// Frees what [`Ctx::new`] allocated (collective).
-    pub fn finish(mut self) -> Result<()> {
-        if let Some(flag) = self.pair_done.flag.take() {
-            self.pe.free(flag)?;
-        }
-        Ok(())
-    }
-
-    /// End of a [`Scope::Pair`] measurement: PE 1 spins on its flag until
-    /// PE 0 is done, then everyone meets in a barrier.
-    fn pair_end(&mut self, spin: bool) -> Result<()> {
-        if !spin {
-            self.pe.barrier_all()?;
-            return Ok(());
-        }
-        let pd = &mut self.pair_done;
-        pd.seq += 1;
-        if let (Some(p), true) = (pd.ptr, self.me < 2) {
-            // SAFETY: the flag is an 8-aligned symmetric object that lives
-            // until `finish`; every access to it is atomic.
-            let flag = unsafe { atomic_at(p) };
-            if self.me == 0 {
-                flag.store(pd.seq, Ordering::Release);
-            } else {
-                spin_until(self.pe, flag, pd.seq)?;
-            }
-        }
-        self.pe.barrier_all()?;
+    /// Ends the context (collective; nothing is left allocated).
+    pub fn finish(self) -> Result<()> {
         Ok(())
     }
 
@@ -218,7 +159,7 @@ impl<'a> Ctx<'a> {
         }
         let est = Summary::of(&warm).map_or(0.0, |s| s.median_us);
         let target = match scope {
-            Scope::Pair | Scope::PairIdle => SAMPLE_TARGET_US,
+            Scope::Pair => SAMPLE_TARGET_US,
             Scope::All => COLLECTIVE_SAMPLE_TARGET_US,
         };
         let mine = if est > 0.0 {
@@ -243,11 +184,7 @@ impl<'a> Ctx<'a> {
             op(batch)?;
             samples.push(t.elapsed().as_secs_f64() * 1e6 / batch as f64);
         }
-        match scope {
-            Scope::Pair => self.pair_end(true)?,
-            Scope::PairIdle => self.pair_end(false)?,
-            Scope::All => pe.barrier_all()?,
-        }
+        pe.barrier_all()?;
         if scope == Scope::All && self.n > 1 {
             let all = pe.bootstrap().allgather(&to_bytes(&samples))?;
             for other in all.iter().map(|b| from_bytes(b)) {
@@ -278,16 +215,6 @@ impl<'a> Ctx<'a> {
         match self.memcpy.get(&size) {
             Some(&us) => Ok(us),
             None => Ok(self.memcpy_measure(size)?.stats.median_us),
-        }
-    }
-
-    /// The memcpy reference for [`Scope::PairIdle`] measurements: PE 1
-    /// sleeps in a barrier instead of spinning (collective; measured once
-    /// per size, and shared with [`Ctx::memcpy_us`]).
-    pub fn memcpy_idle_us(&mut self, size: usize) -> Result<f64> {
-        match self.memcpy.get(&size) {
-            Some(&us) => Ok(us),
-            None => Ok(self.memcpy_in(size, Scope::PairIdle)?.stats.median_us),
         }
     }
 

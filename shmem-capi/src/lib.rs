@@ -71,9 +71,10 @@ pub(crate) const CTX_DEFAULT: CtxHandle = 1 as CtxHandle;
 
 /// Runs the body of a C entry point: looks up the initialised PE, and turns
 /// an error or a panic into a message and `shmem_global_exit(1)`.
+#[inline]
 pub(crate) fn ffi<R>(name: &'static str, body: impl FnOnce(&State) -> shmem::Result<R>) -> R {
     match catch_unwind(AssertUnwindSafe(|| match state::current() {
-        Ok(st) => body(&st).map_err(|e| e.to_string()),
+        Ok(st) => body(st).map_err(|e| e.to_string()),
         Err(why) => Err(why),
     })) {
         Ok(Ok(v)) => v,

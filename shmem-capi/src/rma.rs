@@ -15,6 +15,7 @@ pub(crate) fn bytes<T>(n: usize) -> Result<usize> {
         .ok_or_else(|| Error::invalid("nelems", format!("{n} elements overflow the address space")))
 }
 
+#[inline]
 fn src_slice<'a>(src: *const u8, len: usize) -> Result<&'a [u8]> {
     if src.is_null() {
         return Err(Error::invalid("source", "is NULL"));
@@ -23,6 +24,7 @@ fn src_slice<'a>(src: *const u8, len: usize) -> Result<&'a [u8]> {
     Ok(unsafe { std::slice::from_raw_parts(src, len) })
 }
 
+#[inline]
 fn dst_slice<'a>(dst: *mut u8, len: usize) -> Result<&'a mut [u8]> {
     if dst.is_null() {
         return Err(Error::invalid("dest", "is NULL"));
@@ -33,6 +35,7 @@ fn dst_slice<'a>(dst: *mut u8, len: usize) -> Result<&'a mut [u8]> {
 
 impl State {
     /// Copies `len` local bytes at `src` to symmetric `dest` on `pe`.
+    #[inline]
     pub(crate) fn put(
         &self,
         ctx: CtxHandle,
@@ -46,6 +49,7 @@ impl State {
         self.put_world(dest, src, len, pe, nbi)
     }
 
+    #[inline]
     pub(crate) fn put_world(
         &self,
         dest: *mut u8,
@@ -82,6 +86,7 @@ impl State {
     }
 
     /// Copies `len` bytes of symmetric `src` on `pe` into local `dest`.
+    #[inline]
     pub(crate) fn get(
         &self,
         ctx: CtxHandle,
@@ -95,6 +100,7 @@ impl State {
         self.get_world(dest, src, len, pe, nbi)
     }
 
+    #[inline]
     pub(crate) fn get_world(
         &self,
         dest: *mut u8,
@@ -171,6 +177,7 @@ impl State {
     }
 
     /// Atomic `op` on symmetric `target` on world PE `pe`.
+    #[inline]
     pub(crate) fn amo_world(
         &self,
         target: *const u8,

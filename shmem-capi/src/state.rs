@@ -2,7 +2,7 @@
 //! data table, AMO service and staging area; handles for teams and contexts.
 
 use std::ffi::{c_int, c_long};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use shmem::collectives::Collectives;
@@ -16,6 +16,14 @@ const STAGE_BYTES: usize = 1 << 20;
 
 static STATE: RwLock<Option<Arc<State>>> = RwLock::new(None);
 static FINALIZED: AtomicBool = AtomicBool::new(false);
+/// The installed PE for the hot path: every C call reads it with one plain
+/// load (no lock, no reference count). It points into an `Arc` held by
+/// `STATE` or, after finalize, by `RETIRED`.
+static ACTIVE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
+/// Finalized PEs, kept until the process exits so that a call racing with
+/// `shmem_finalize` in another thread still reads valid memory (it then
+/// fails as a use after finalize, or completes).
+static RETIRED: Mutex<Vec<Arc<State>>> = Mutex::new(Vec::new());
 
 /// One initialised PE as the C API sees it.
 pub(crate) struct State {
@@ -39,13 +47,21 @@ pub(crate) enum Sym {
     Static(usize, usize),
 }
 
-pub(crate) fn current() -> std::result::Result<Arc<State>, String> {
-    let g = STATE.read().unwrap_or_else(|p| p.into_inner());
-    match &*g {
-        Some(s) => Ok(s.clone()),
-        None if FINALIZED.load(Ordering::Acquire) => Err("called after shmem_finalize".into()),
-        None => Err("called before shmem_init".into()),
+/// The initialised PE (one atomic load on the hot path).
+#[inline]
+pub(crate) fn current() -> std::result::Result<&'static State, String> {
+    let p = ACTIVE.load(Ordering::Acquire);
+    if p.is_null() {
+        return Err(if FINALIZED.load(Ordering::Acquire) {
+            "called after shmem_finalize".into()
+        } else {
+            "called before shmem_init".into()
+        });
     }
+    // SAFETY: `p` came from `Arc::as_ptr` of a State that is never dropped:
+    // `STATE` holds it while installed and `RETIRED` for the rest of the
+    // process after finalize.
+    Ok(unsafe { &*p })
 }
 
 pub(crate) fn is_initialized() -> bool {
@@ -85,7 +101,10 @@ pub(crate) fn install(shmem: Shmem) -> Result<()> {
         stage: (stage_off, stage_len),
         stage_lock: Mutex::new(()),
     };
-    *STATE.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(st));
+    let st = Arc::new(st);
+    let mut g = STATE.write().unwrap_or_else(|p| p.into_inner());
+    ACTIVE.store(Arc::as_ptr(&st) as *mut State, Ordering::Release);
+    *g = Some(st);
     Ok(())
 }
 
@@ -97,8 +116,11 @@ pub(crate) fn finalize() -> Result<()> {
     };
     st.coll.barrier_all()?;
     st.amo.stop(&st.rt);
-    *STATE.write().unwrap_or_else(|p| p.into_inner()) = None;
     FINALIZED.store(true, Ordering::Release);
+    ACTIVE.store(std::ptr::null_mut(), Ordering::Release);
+    if let Some(old) = STATE.write().unwrap_or_else(|p| p.into_inner()).take() {
+        RETIRED.lock().unwrap_or_else(|p| p.into_inner()).push(old);
+    }
     st.shmem.finalize()
 }
 
@@ -211,6 +233,7 @@ impl State {
     }
 
     /// World PE of `pe` as numbered by `ctx` (its team's numbering).
+    #[inline]
     pub(crate) fn target_pe(&self, ctx: CtxHandle, pe: c_int) -> Result<PeId> {
         let n = self.rt.n_pes();
         let bad = |n_pes| Error::PeOutOfRange {
@@ -238,6 +261,7 @@ impl State {
 
     /// Where `len` bytes at local address `addr` live; an error when they
     /// are neither in the symmetric heap nor in the program's static data.
+    #[inline]
     pub(crate) fn locate(&self, addr: *const u8, len: usize) -> Result<Sym> {
         if let Some(off) = self.rt.offset_of(addr) {
             self.rt.check_range(off, len)?;

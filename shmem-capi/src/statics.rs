@@ -329,8 +329,11 @@ fn serve(rt: &Runtime, mailbox: usize, reply: usize, segments: &[Segment], stop:
     };
     let mut served = vec![0u64; n];
     loop {
-        let r =
-            rt.wait_for(|| stop.load(Ordering::Acquire) || (0..n).any(|i| seq_of(i) > served[i]));
+        // Watch only the mailbox: puts elsewhere in this PE's heap must not
+        // wake this thread (stop() rings for every watcher).
+        let r = rt.wait_on(mailbox, n * SLOT_BYTES, || {
+            stop.load(Ordering::Acquire) || (0..n).any(|i| seq_of(i) > served[i])
+        });
         match r {
             Ok(()) => {}
             Err(Error::Timeout { .. }) => continue,

@@ -9,6 +9,7 @@ use shmem::{Cmp, Error, Result, SignalOp, WaitElement};
 use shmem_core::transport::{AmoOp, AmoWidth};
 
 use crate::rma::with_ctx;
+use crate::state::Sym;
 use crate::{ffi, CtxHandle, State, CTX_DEFAULT};
 
 pub(crate) fn cmp_of(cmp: c_int) -> Result<Cmp> {
@@ -34,6 +35,8 @@ struct Watch<T: WaitElement> {
     n: usize,
     status: *const c_int,
     cmp: Cmp,
+    /// Heap range of the variables (`None`: static data, or no variables).
+    heap: Option<(usize, usize)>,
 }
 
 impl<T: WaitElement> Watch<T> {
@@ -45,6 +48,7 @@ impl<T: WaitElement> Watch<T> {
         cmp: c_int,
     ) -> Result<Self> {
         let cmp = cmp_of(cmp)?;
+        let mut heap = None;
         if n > 0 {
             if !(ivars as usize).is_multiple_of(std::mem::align_of::<T>()) {
                 return Err(Error::Misaligned {
@@ -52,14 +56,26 @@ impl<T: WaitElement> Watch<T> {
                     width: std::mem::align_of::<T>(),
                 });
             }
-            st.locate(ivars.cast(), n * std::mem::size_of::<T>())?;
+            let len = n * std::mem::size_of::<T>();
+            if let Sym::Heap(off) = st.locate(ivars.cast(), len)? {
+                heap = Some((off, len));
+            }
         }
         Ok(Watch {
             ivars,
             n,
             status,
             cmp,
+            heap,
         })
+    }
+    /// Blocks until `ready()`; a sleeping caller is woken only by writes to
+    /// the variables (any write, for variables in static data).
+    fn wait(&self, st: &State, ready: impl FnMut() -> bool) -> Result<()> {
+        match self.heap {
+            Some((off, len)) => st.rt.wait_on(off, len, ready),
+            None => st.rt.wait_for(ready),
+        }
     }
     fn masked(&self, i: usize) -> bool {
         // SAFETY: a non-null status array has `n` entries (C contract).
@@ -83,7 +99,7 @@ fn value_at<T: Copy>(values: *const T, i: usize) -> T {
 unsafe fn wait_until_t<T: WaitElement>(ivar: *mut T, cmp: c_int, value: T) {
     ffi("shmem_wait_until", |st| {
         let w = Watch::new(st, ivar, 1, std::ptr::null(), cmp)?;
-        st.rt.wait_for(|| w.holds(0, value))
+        w.wait(st, || w.holds(0, value))
     })
 }
 
@@ -119,8 +135,7 @@ fn wait_all<T: WaitElement>(
 ) {
     ffi(name, |st| {
         let w = Watch::new(st, ivars, n, status, cmp)?;
-        st.rt
-            .wait_for(|| (0..n).all(|i| w.masked(i) || w.holds(i, v.at(i))))
+        w.wait(st, || (0..n).all(|i| w.masked(i) || w.holds(i, v.at(i))))
     })
 }
 
@@ -138,15 +153,15 @@ fn wait_any<T: WaitElement>(
             return Ok(usize::MAX);
         }
         let mut found = usize::MAX;
-        st.rt.wait_for(
-            || match (0..n).find(|&i| !w.masked(i) && w.holds(i, v.at(i))) {
+        w.wait(st, || {
+            match (0..n).find(|&i| !w.masked(i) && w.holds(i, v.at(i))) {
                 Some(i) => {
                     found = i;
                     true
                 }
                 None => false,
-            },
-        )?;
+            }
+        })?;
         Ok(found)
     })
 }
@@ -182,7 +197,7 @@ fn wait_some<T: WaitElement>(
             return Err(Error::invalid("indices", "is NULL"));
         }
         let mut k = 0;
-        st.rt.wait_for(|| {
+        w.wait(st, || {
             k = some_now(&w, indices, v);
             k > 0
         })?;
@@ -338,7 +353,7 @@ export!("shmem_signal_fetch", fn(sig: *const u64) -> u64 {
 export!("shmem_signal_wait_until", fn(sig: *mut u64, cmp: c_int, value: u64) -> u64 {
     ffi("shmem_signal_wait_until", |st| {
         let w = Watch::new(st, sig, 1, std::ptr::null(), cmp)?;
-        st.rt.wait_for(|| w.holds(0, value))?;
+        w.wait(st, || w.holds(0, value))?;
         // SAFETY: as above.
         Ok(unsafe { u64::load(w.ivars.cast()) })
     })

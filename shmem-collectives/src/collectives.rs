@@ -293,16 +293,17 @@ impl Call<'_> {
     fn wait_tagged(&self, w: SymRef<u64>, tag: u64) -> Result<u32> {
         let mut got = 0u64;
         let mut failed = None;
-        self.rt.wait_for(|| match self.rt.signal_fetch(w) {
-            Ok(v) => {
-                got = v;
-                v & !0xFFFF_FFFF == tag
-            }
-            Err(e) => {
-                failed = Some(e);
-                true
-            }
-        })?;
+        self.rt
+            .wait_on(w.offset(), 8, || match self.rt.signal_fetch(w) {
+                Ok(v) => {
+                    got = v;
+                    v & !0xFFFF_FFFF == tag
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    true
+                }
+            })?;
         match failed {
             Some(e) => Err(e),
             None => Ok(got as u32),

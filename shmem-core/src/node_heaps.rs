@@ -19,7 +19,7 @@ use std::time::Instant;
 use crate::heap::{map_fd, unmap};
 use crate::transport::TransportInit;
 use crate::transport::{AmoOp, AmoWidth, SignalOp};
-use crate::wait::{ring, ring_after_seqcst, ControlBlock};
+use crate::wait::{ring, ring_after_seqcst, ControlBlock, Span};
 use crate::{Error, Heap, HeapExport, PeId, Result};
 
 /// The heaps of this node's PEs, mapped here (this PE's own included).
@@ -71,11 +71,16 @@ impl NodeHeaps {
         }
     }
 
-    /// Wakes the blocked waiters of the PE whose heap starts at `base`.
+    /// Wakes the blocked waiters of the PE whose heap starts at `base` that
+    /// watch `len` bytes at `offset` (after this thread wrote them).
+    ///
+    /// # Safety
+    /// `base` must be a heap mapped by a live [`NodeHeaps`] (it starts with
+    /// its control block).
     #[inline]
-    pub fn wake(base: *mut u8) {
-        // SAFETY: every mapped heap starts with its control block.
-        unsafe { ring(base as *const ControlBlock) };
+    pub unsafe fn wake(base: *mut u8, offset: usize, len: usize) {
+        // SAFETY: guaranteed by the caller.
+        unsafe { ring(base as *const ControlBlock, &[Span::bytes(offset, len)]) };
     }
 
     /// Performs a CPU atomic on the word at `offset` of the heap at `base`
@@ -94,17 +99,23 @@ impl NodeHeaps {
         };
         if op != AmoOp::Fetch {
             // SAFETY: every mapped heap starts with its control block.
-            unsafe { ring_after_seqcst(base as *const ControlBlock) };
+            unsafe {
+                ring_after_seqcst(
+                    base as *const ControlBlock,
+                    &[Span::bytes(offset, width.bytes())],
+                )
+            };
         }
         old
     }
 
     /// Updates the signal word at `sig` of the heap at `base` and wakes
-    /// that PE's waiters.
+    /// that PE's waiters that watch it or `data` (the span a put-with-signal
+    /// just wrote; empty for a bare signal).
     ///
     /// # Safety
     /// `base` must be a mapped heap and `sig` in range and 8-byte aligned.
-    pub unsafe fn signal(base: *mut u8, sig: usize, op: SignalOp, value: u64) {
+    pub unsafe fn signal(base: *mut u8, sig: usize, op: SignalOp, value: u64, data: Span) {
         // SAFETY: guaranteed by the caller.
         let s = unsafe { AtomicU64::from_ptr(base.add(sig).cast()) };
         match op {
@@ -114,7 +125,7 @@ impl NodeHeaps {
             }
         }
         // SAFETY: every mapped heap starts with its control block.
-        unsafe { ring_after_seqcst(base as *const ControlBlock) };
+        unsafe { ring_after_seqcst(base as *const ControlBlock, &[Span::bytes(sig, 8), data]) };
     }
 
     /// Size of every heap.

@@ -61,6 +61,14 @@ pub struct Runtime {
     /// Per PE: the engine for bulk non-blocking and stream copies (an
     /// asynchronous engine when one reaches the PE, else the normal route).
     async_routes: Vec<u8>,
+    /// Engines that some route uses, in index order: `fence` and `quiet`
+    /// visit only these (a linked engine that reaches nobody has nothing
+    /// outstanding).
+    in_use: Vec<u8>,
+    /// Per PE: its heap's base here when its route is a load/store engine
+    /// ([`Capabilities::LOAD_STORE`]): blocking RMA, atomics and signals to
+    /// it are done inline, without a call through the engine.
+    direct: Vec<Option<NonNull<u8>>>,
     async_threshold: usize,
     config: Config,
     policy: WaitPolicy,
@@ -191,7 +199,23 @@ impl Runtime {
                     .position(|t| t.capabilities().contains(Capabilities::ASYNC) && t.can_reach(pe))
                     .map_or(routes[pe], |i| i as u8)
             })
+            .collect::<Vec<u8>>();
+        let direct = (0..n_pes)
+            .map(|pe| {
+                let t = &transports[routes[pe] as usize];
+                if !t.capabilities().contains(Capabilities::LOAD_STORE) {
+                    return None;
+                }
+                if pe == my_pe {
+                    Some(heap.base())
+                } else {
+                    t.peer_ptr(pe, 0)
+                }
+            })
             .collect();
+        let mut in_use: Vec<u8> = routes.iter().chain(&async_routes).copied().collect();
+        in_use.sort_unstable();
+        in_use.dedup();
         let local = topology.local_pes().len();
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         // Engines without a direct mapping move data on progress threads.
@@ -223,6 +247,8 @@ impl Runtime {
             transports,
             routes,
             async_routes,
+            in_use,
+            direct,
             async_threshold: config.sdma_threshold.0,
             config,
             policy,
@@ -379,6 +405,7 @@ impl Runtime {
         self.check_range(s.offset(), s.byte_len())
     }
 
+    #[inline]
     fn check_atomic(&self, offset: usize, width: usize) -> Result<()> {
         self.check_range(offset, width)?;
         if !offset.is_multiple_of(width) {
@@ -564,18 +591,50 @@ impl Runtime {
 
     // ----- RMA, bytes ---------------------------------------------------
 
+    /// Base of `pe`'s heap when it is reached by load/store (see
+    /// [`Capabilities::LOAD_STORE`]); `None` for other routes or a bad PE.
+    #[inline]
+    fn direct(&self, pe: PeId) -> Option<NonNull<u8>> {
+        self.direct.get(pe).copied().flatten()
+    }
+
     /// Copies `src` into `pe`'s heap at `dst`.
+    #[inline]
     pub fn put_bytes(&self, pe: PeId, dst: usize, src: &[u8]) -> Result<()> {
-        let t = self.route(pe)?;
+        self.live()?;
         self.check_range(dst, src.len())?;
+        if let Some(base) = self.direct(pe) {
+            // SAFETY: [dst, dst+len) lies in `pe`'s mapped heap (checked);
+            // `copy` allows overlap with this PE's own heap; the heap starts
+            // with its control block.
+            unsafe {
+                std::ptr::copy(src.as_ptr(), base.as_ptr().add(dst), src.len());
+                wait::ring(
+                    base.as_ptr() as *const ControlBlock,
+                    &[wait::Span::bytes(dst, src.len())],
+                );
+            }
+            return Ok(());
+        }
+        let t = self.route(pe)?;
         // SAFETY: `src` is a live slice for the duration of the blocking call.
         unsafe { t.put(pe, dst, src.as_ptr(), src.len()) }
     }
 
     /// Copies `pe`'s heap at `src` into `dst`.
+    #[inline]
     pub fn get_bytes(&self, pe: PeId, src: usize, dst: &mut [u8]) -> Result<()> {
-        let t = self.route(pe)?;
+        self.live()?;
         self.check_range(src, dst.len())?;
+        if let Some(base) = self.direct(pe) {
+            // SAFETY: [src, src+len) lies in `pe`'s mapped heap (checked);
+            // `dst` is a live exclusive slice.
+            unsafe {
+                std::ptr::copy(base.as_ptr().add(src), dst.as_mut_ptr(), dst.len());
+            }
+            return Ok(());
+        }
+        let t = self.route(pe)?;
         // SAFETY: `dst` is a live exclusive slice for the blocking call.
         unsafe { t.get(pe, src, dst.as_mut_ptr(), dst.len()) }
     }
@@ -591,6 +650,11 @@ impl Runtime {
         src: *const u8,
         len: usize,
     ) -> Result<()> {
+        if len < self.async_threshold && self.direct(pe).is_some() {
+            // A small copy on a load/store route is complete at once.
+            // SAFETY: the caller keeps `src` valid for this call.
+            return self.put_bytes(pe, dst, unsafe { std::slice::from_raw_parts(src, len) });
+        }
         let t = if len >= self.async_threshold {
             self.async_route(pe)?
         } else {
@@ -606,6 +670,10 @@ impl Runtime {
     /// # Safety
     /// `dst` must stay valid for writes of `len` bytes until `quiet` returns.
     pub unsafe fn get_nbi_raw(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
+        if len < self.async_threshold && self.direct(pe).is_some() {
+            // SAFETY: the caller keeps `dst` valid and unaliased for this call.
+            return self.get_bytes(pe, src, unsafe { std::slice::from_raw_parts_mut(dst, len) });
+        }
         let t = if len >= self.async_threshold {
             self.async_route(pe)?
         } else {
@@ -868,9 +936,17 @@ impl Runtime {
     // ----- atomics --------------------------------------------------------
 
     /// Performs a raw atomic on `pe`'s heap at `offset` (bounds and alignment checked).
+    #[inline]
     pub fn atomic_raw(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
-        let t = self.route(pe)?;
+        self.live()?;
         self.check_atomic(offset, width.bytes())?;
+        if let Some(base) = self.direct(pe) {
+            // SAFETY: in-heap, aligned word of `pe`'s mapped heap (checked).
+            return Ok(unsafe {
+                crate::node_heaps::NodeHeaps::atomic(base.as_ptr(), offset, width, op)
+            });
+        }
+        let t = self.route(pe)?;
         t.atomic(pe, offset, width, op)
     }
 
@@ -1070,8 +1146,23 @@ impl Runtime {
     }
 
     /// Updates `sig` on `pe` without data.
+    #[inline]
     pub fn signal_op(&self, sig: SymRef<u64>, value: u64, op: SignalOp, pe: PeId) -> Result<()> {
+        self.live()?;
         self.check_signal(sig)?;
+        if let Some(base) = self.direct(pe) {
+            // SAFETY: in-heap, aligned signal word of `pe`'s mapped heap (checked).
+            unsafe {
+                crate::node_heaps::NodeHeaps::signal(
+                    base.as_ptr(),
+                    sig.offset(),
+                    op,
+                    value,
+                    wait::Span::bytes(0, 0),
+                )
+            };
+            return Ok(());
+        }
         self.route(pe)?.signal(pe, sig.offset(), op, value)
     }
 
@@ -1090,7 +1181,7 @@ impl Runtime {
         // SAFETY: in-heap, 8-byte aligned (checked).
         let p = unsafe { self.base.as_ptr().add(sig.offset()) };
         let mut seen = 0;
-        self.wait_for(|| {
+        self.wait_on(sig.offset(), 8, || {
             // SAFETY: as above.
             seen = unsafe { u64::load(p) };
             cmp.eval(seen, value)
@@ -1102,13 +1193,44 @@ impl Runtime {
 
     /// Blocks until `ready()` holds, spinning first and then sleeping; fails
     /// when a PE exits, the job is aborted, or `SHMEM_WAIT_TIMEOUT` passes.
+    ///
+    /// `ready` may read anything; a sleeping caller is woken by every write
+    /// into this PE's memory. When the condition reads only one range of the
+    /// heap, [`Runtime::wait_on`] is cheaper for everyone.
+    ///
+    /// # Errors
+    /// [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
+    /// is aborted, [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
     pub fn wait_for(&self, ready: impl FnMut() -> bool) -> Result<()> {
+        self.wait_watching(wait::Span::ALL, ready)
+    }
+
+    /// [`Runtime::wait_for`] for a condition that reads only `len` bytes at
+    /// heap `offset` of this PE: while it sleeps, writers wake it only when
+    /// they write into that range, so puts elsewhere cost them no system call
+    /// and cost this PE no wake-up.
+    ///
+    /// # Errors
+    /// As [`Runtime::wait_for`].
+    pub fn wait_on(&self, offset: usize, len: usize, ready: impl FnMut() -> bool) -> Result<()> {
+        self.wait_watching(wait::Span::bytes(offset, len), ready)
+    }
+
+    /// `FUTEX_WAKE` system calls that writers (this PE's threads and its
+    /// peers) made to wake this PE's waiters since the job started.
+    pub fn wakeups_received(&self) -> u64 {
+        // SAFETY: the control block sits at offset 0 of our live heap.
+        unsafe { (*self.control_block()).wakeups.load(Ordering::Relaxed) }
+    }
+
+    fn wait_watching(&self, watch: wait::Span, ready: impl FnMut() -> bool) -> Result<()> {
         let bs = &self.bootstrap;
         // SAFETY: the control block sits at offset 0 of our live heap.
         unsafe {
             wait::wait_until(
                 self.control_block(),
                 self.policy,
+                watch,
                 ready,
                 || bs.check_peers(),
                 |d| Error::Timeout {
@@ -1161,7 +1283,9 @@ impl Runtime {
             1,
             ivar.instance(),
         ))?;
-        self.wait_for(|| cmp.eval(Self::read_at::<T>(p, 0), value))
+        self.wait_on(ivar.offset(), std::mem::size_of::<T>(), || {
+            cmp.eval(Self::read_at::<T>(p, 0), value)
+        })
     }
 
     /// Whether `ivar <cmp> value` holds now.
@@ -1218,7 +1342,7 @@ impl Runtime {
         values: &[T],
     ) -> Result<()> {
         let p = self.vector_args(ivars, status, values)?;
-        self.wait_for(|| {
+        self.wait_on(ivars.offset(), ivars.byte_len(), || {
             (0..ivars.len()).all(|i| {
                 !Self::status_ok(status, i) || cmp.eval(Self::read_at::<T>(p, i), values[i])
             })
@@ -1238,7 +1362,7 @@ impl Runtime {
             return Ok(None);
         }
         let mut found = None;
-        self.wait_for(|| {
+        self.wait_on(ivars.offset(), ivars.byte_len(), || {
             found = (0..ivars.len()).find(|&i| {
                 Self::status_ok(status, i) && cmp.eval(Self::read_at::<T>(p, i), values[i])
             });
@@ -1260,7 +1384,7 @@ impl Runtime {
             return Ok(Vec::new());
         }
         let mut found = Vec::new();
-        self.wait_for(|| {
+        self.wait_on(ivars.offset(), ivars.byte_len(), || {
             found = (0..ivars.len())
                 .filter(|&i| {
                     Self::status_ok(status, i) && cmp.eval(Self::read_at::<T>(p, i), values[i])
@@ -1457,7 +1581,7 @@ impl Runtime {
         };
         if let Some(p) = p {
             // SAFETY: offset 0 of a mapped heap is its control block.
-            unsafe { wait::ring(p.as_ptr() as *const ControlBlock) };
+            unsafe { wait::ring(p.as_ptr() as *const ControlBlock, &[wait::Span::ALL]) };
         }
         Ok(())
     }
@@ -1488,13 +1612,21 @@ impl Runtime {
     /// Orders puts/AMOs to each PE.
     pub fn fence(&self) -> Result<()> {
         self.live()?;
-        self.transports.iter().try_for_each(|t| t.fence())
+        self.in_use
+            .iter()
+            .try_for_each(|&i| self.transports[i as usize].fence())
     }
 
     /// Completes every outstanding operation of this PE.
     pub fn quiet(&self) -> Result<()> {
         self.live()?;
-        self.transports.iter().try_for_each(|t| t.quiet())
+        self.in_use
+            .iter()
+            .try_for_each(|&i| self.transports[i as usize].quiet())?;
+        // One full fence for all engines: every store this PE made (copies
+        // on mapped heaps included) is ordered before anything after quiet.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
     }
 
     /// Ends the whole job with `status` (OpenSHMEM `global_exit`).

@@ -34,6 +34,12 @@ impl Capabilities {
     pub const ASYNC: Capabilities = Capabilities(16);
     /// Can reach a peer's memory outside the symmetric heap by address.
     pub const EXTERNAL_MEMORY: Capabilities = Capabilities(32);
+    /// put, get, atomics and signals on a reachable PE are exactly copies
+    /// and CPU atomics on [`Transport::peer_ptr`] memory followed by
+    /// [`crate::wait::ring`] on the target's control block, so the runtime
+    /// may perform them inline for blocking calls (the fast path for small
+    /// messages). Implies [`Capabilities::DIRECT_POINTER`].
+    pub const LOAD_STORE: Capabilities = Capabilities(64);
 
     /// Whether every bit of `other` is set.
     pub fn contains(self, other: Capabilities) -> bool {
@@ -277,6 +283,9 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// Orders earlier puts/AMOs to each PE before later ones to the same PE.
     fn fence(&self) -> Result<()>;
     /// Completes every outstanding operation this PE issued on this engine.
+    /// The runtime follows the engines' `quiet` with one `SeqCst` fence, so
+    /// an engine whose operations finish before they return (plain loads and
+    /// stores) returns at once.
     fn quiet(&self) -> Result<()>;
 }
 

@@ -1,41 +1,126 @@
 //! Waiting on symmetric memory: spin briefly, then block on a futex.
 //!
-//! Every heap starts with a [`ControlBlock`]. A PE about to block registers
-//! itself in `waiters`, reads the `doorbell` sequence, re-checks its
-//! condition and sleeps on the doorbell with `FUTEX_WAIT`. A writer that
-//! changed a PE's memory calls [`ring`]: one fence and one load when nobody
-//! sleeps, an increment and `FUTEX_WAKE` when someone does. The futex is on
-//! shared memory (no `FUTEX_PRIVATE_FLAG`), so it works across processes that
-//! map the same heap.
+//! Every heap starts with a [`ControlBlock`]. A PE about to block publishes
+//! what it waits on (a [`Span`] of its heap, in one of [`WATCH_SLOTS`]
+//! slots, or "anything" when it cannot say), registers itself in `waiters`,
+//! reads the `doorbell` sequence, re-checks its condition and sleeps on the
+//! doorbell with `FUTEX_WAIT`. A writer that changed a PE's memory calls
+//! [`ring`] with the spans it wrote: one fence and one load when nobody
+//! sleeps; when someone does, it compares its spans with the published ones
+//! and makes the `FUTEX_WAKE` system call only when a sleeper watches what it
+//! wrote. So a put into a PE that sleeps in a barrier costs the writer no
+//! system call and the sleeper no wake-up. The futex is on shared memory (no
+//! `FUTEX_PRIVATE_FLAG`), so it works across processes that map the same
+//! heap.
 
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// Slots for published watch spans; a waiter that finds none free watches
+/// everything (it is woken by every write, as before slots existed).
+pub const WATCH_SLOTS: usize = 8;
 
 /// Per-PE control words at offset 0 of the symmetric heap.
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub struct ControlBlock {
-    /// Incremented by writers when waiters are present.
+    /// Incremented by writers when a watching waiter is present.
     pub doorbell: AtomicU32,
     /// Number of threads of the owning PE blocked (or about to block).
     pub waiters: AtomicU32,
     /// Set by the first writer that wakes the sleepers, cleared by a waiter
     /// before it sleeps again: later writers skip the system call meanwhile.
     pub wake_pending: AtomicU32,
+    /// Blocked waiters that watch every write (no span, or no free slot).
+    pub watch_all: AtomicU32,
+    /// `FUTEX_WAKE` calls writers made for this PE (statistics).
+    pub wakeups: AtomicU64,
+    /// Published watch spans ([`Span::pack`]); 0 is a free slot.
+    pub watch: [AtomicU64; WATCH_SLOTS],
 }
 
-/// Wakes the waiters of the PE whose control block is `cb` (after a write to
-/// that PE's memory).
+impl ControlBlock {
+    /// A control block with no waiters (for heaps and tests).
+    pub const fn new() -> ControlBlock {
+        ControlBlock {
+            doorbell: AtomicU32::new(0),
+            waiters: AtomicU32::new(0),
+            wake_pending: AtomicU32::new(0),
+            watch_all: AtomicU32::new(0),
+            wakeups: AtomicU64::new(0),
+            watch: [const { AtomicU64::new(0) }; WATCH_SLOTS],
+        }
+    }
+}
+
+impl Default for ControlBlock {
+    fn default() -> Self {
+        ControlBlock::new()
+    }
+}
+
+/// A byte range of a PE's symmetric heap that a writer changed or a waiter
+/// watches. [`Span::ALL`] stands for "unknown": memory outside the heap, or
+/// a condition that reads words scattered over it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    start: usize,
+    end: usize,
+}
+
+/// Granule of published spans: 8 bytes, so a packed slot covers 32 GiB.
+const GRANULE: u32 = 3;
+
+impl Span {
+    /// Every byte (matches every watch and every write).
+    pub const ALL: Span = Span {
+        start: 0,
+        end: usize::MAX,
+    };
+
+    /// `len` bytes at heap `offset` (saturating; an empty span matches
+    /// nothing).
+    #[inline]
+    pub fn bytes(offset: usize, len: usize) -> Span {
+        Span {
+            start: offset,
+            end: offset.saturating_add(len),
+        }
+    }
+
+    /// The slot encoding: start and end in 8-byte granules, 32 bits each,
+    /// rounded outwards; `None` for [`Span::ALL`] or beyond 32 GiB.
+    fn pack(self) -> Option<u64> {
+        let s = self.start >> GRANULE;
+        let e = self.end.checked_add((1 << GRANULE) - 1)? >> GRANULE;
+        if self.end <= self.start || e > u32::MAX as usize {
+            return None;
+        }
+        Some(((s as u64) << 32) | e as u64)
+    }
+
+    /// Whether this span intersects the packed watch `w` (non-zero).
+    #[inline]
+    fn hits(self, w: u64) -> bool {
+        let (ws, we) = ((w >> 32) as usize, (w & 0xFFFF_FFFF) as usize);
+        let s = self.start >> GRANULE;
+        let e = self.end.saturating_add((1 << GRANULE) - 1) >> GRANULE;
+        self.end > self.start && s < we && ws < e
+    }
+}
+
+/// Wakes the waiters of the PE whose control block is `cb` that watch any
+/// of `spans` (after this thread wrote them in that PE's memory).
 ///
 /// # Safety
 /// `cb` must point to the live control block of a mapped heap.
 #[inline]
-pub unsafe fn ring(cb: *const ControlBlock) {
+pub unsafe fn ring(cb: *const ControlBlock, spans: &[Span]) {
     // Pairs with the waiter's SeqCst increment of `waiters`: either we see
-    // the waiter, or the waiter sees our data.
+    // the waiter (and its published span), or the waiter sees our data.
     fence(Ordering::SeqCst);
     // SAFETY: guaranteed by the caller.
-    unsafe { ring_after_seqcst(cb) }
+    unsafe { ring_after_seqcst(cb, spans) }
 }
 
 /// [`ring`] for a writer whose change was itself a `SeqCst` atomic (a
@@ -45,12 +130,58 @@ pub unsafe fn ring(cb: *const ControlBlock) {
 /// # Safety
 /// As for [`ring`].
 #[inline]
-pub unsafe fn ring_after_seqcst(cb: *const ControlBlock) {
+pub unsafe fn ring_after_seqcst(cb: *const ControlBlock, spans: &[Span]) {
     // SAFETY: guaranteed by the caller.
     let cb = unsafe { &*cb };
-    if cb.waiters.load(Ordering::SeqCst) != 0 && cb.wake_pending.swap(1, Ordering::SeqCst) == 0 {
+    if cb.waiters.load(Ordering::SeqCst) != 0 {
+        ring_watchers(cb, spans);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn ring_watchers(cb: &ControlBlock, spans: &[Span]) {
+    let watched = cb.watch_all.load(Ordering::SeqCst) != 0
+        || cb.watch.iter().any(|slot| {
+            let w = slot.load(Ordering::SeqCst);
+            w != 0 && spans.iter().any(|s| s.hits(w))
+        });
+    if watched && cb.wake_pending.swap(1, Ordering::SeqCst) == 0 {
         cb.doorbell.fetch_add(1, Ordering::SeqCst);
+        cb.wakeups.fetch_add(1, Ordering::Relaxed);
         futex_wake(&cb.doorbell);
+    }
+}
+
+/// A waiter's published watch, withdrawn on drop.
+struct Watch<'a> {
+    cb: &'a ControlBlock,
+    slot: Option<usize>,
+}
+
+impl<'a> Watch<'a> {
+    fn publish(cb: &'a ControlBlock, span: Span) -> Watch<'a> {
+        let slot = span.pack().and_then(|w| {
+            cb.watch.iter().position(|s| {
+                s.compare_exchange(0, w, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_ok()
+            })
+        });
+        if slot.is_none() {
+            cb.watch_all.fetch_add(1, Ordering::SeqCst);
+        }
+        Watch { cb, slot }
+    }
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        match self.slot {
+            Some(i) => self.cb.watch[i].store(0, Ordering::SeqCst),
+            None => {
+                self.cb.watch_all.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
     }
 }
 
@@ -99,14 +230,18 @@ pub struct WaitPolicy {
     pub timeout: Option<Duration>,
 }
 
-/// Waits until `ready()` holds. `alive()` is called between sleeps and its
-/// error ends the wait (a peer exited, the job was aborted).
+/// Waits until `ready()` holds. `ready` may read only memory inside
+/// `watch` (pass [`Span::ALL`] when it reads anything else): writers wake
+/// the sleeping waiter only for writes that touch `watch`. `alive()` is
+/// called between sleeps and its error ends the wait (a peer exited, the
+/// job was aborted).
 ///
 /// # Safety
 /// `cb` must point to the live control block of this PE's heap.
 pub unsafe fn wait_until<E>(
     cb: *const ControlBlock,
     policy: WaitPolicy,
+    watch: Span,
     mut ready: impl FnMut() -> bool,
     mut alive: impl FnMut() -> Result<(), E>,
     timeout_err: impl FnOnce(Duration) -> E,
@@ -141,6 +276,9 @@ pub unsafe fn wait_until<E>(
     }
     // SAFETY: guaranteed by the caller.
     let cb = unsafe { &*cb };
+    // Publish the span before registering: a writer that sees the waiter
+    // count also sees the span.
+    let _watch = Watch::publish(cb, watch);
     cb.waiters.fetch_add(1, Ordering::SeqCst);
     let result = loop {
         // Read the doorbell first, then re-arm: a writer that finds the
@@ -170,64 +308,214 @@ pub unsafe fn wait_until<E>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64;
     use std::sync::Arc;
 
-    #[test]
-    fn wakes_a_blocked_waiter() {
-        let cb = Arc::new(ControlBlock {
-            doorbell: AtomicU32::new(0),
-            waiters: AtomicU32::new(0),
-            wake_pending: AtomicU32::new(0),
-        });
-        let flag = Arc::new(AtomicU64::new(0));
+    fn policy(spin: Duration, poll: Duration, timeout: Option<Duration>) -> WaitPolicy {
+        WaitPolicy {
+            spin,
+            yield_for: Duration::ZERO,
+            poll,
+            timeout,
+        }
+    }
+
+    /// Starts a thread that waits on `flag` (heap "offset" `at`, 8 bytes)
+    /// until it holds `want`; returns once the thread is registered asleep.
+    fn sleeper(
+        cb: &Arc<ControlBlock>,
+        flag: &Arc<AtomicU64>,
+        at: usize,
+        want: u64,
+    ) -> std::thread::JoinHandle<Result<(), ()>> {
+        let before = cb.waiters.load(Ordering::SeqCst);
         let (cb2, flag2) = (cb.clone(), flag.clone());
         let t = std::thread::spawn(move || {
-            let policy = WaitPolicy {
-                spin: Duration::from_micros(1),
-                yield_for: Duration::ZERO,
-                poll: Duration::from_secs(5),
-                timeout: Some(Duration::from_secs(20)),
-            };
+            let p = policy(
+                Duration::from_micros(1),
+                Duration::from_secs(5),
+                Some(Duration::from_secs(20)),
+            );
             // SAFETY: the control block lives in an Arc held by this closure.
             unsafe {
                 wait_until(
                     &*cb2,
-                    policy,
-                    || flag2.load(Ordering::SeqCst) == 1,
+                    p,
+                    Span::bytes(at, 8),
+                    || flag2.load(Ordering::SeqCst) == want,
                     || Ok::<(), ()>(()),
                     |_| (),
                 )
             }
         });
-        while cb.waiters.load(Ordering::SeqCst) == 0 {
+        while cb.waiters.load(Ordering::SeqCst) == before {
             std::thread::yield_now();
         }
+        t
+    }
+
+    #[test]
+    fn wakes_a_blocked_waiter() {
+        let cb = Arc::new(ControlBlock::new());
+        let flag = Arc::new(AtomicU64::new(0));
+        let t = sleeper(&cb, &flag, 4096, 1);
         flag.store(1, Ordering::SeqCst);
         // SAFETY: live control block.
-        unsafe { ring(&*cb) };
+        unsafe { ring(&*cb, &[Span::bytes(4096, 8)]) };
         assert!(t.join().unwrap().is_ok());
+        assert_eq!(cb.wakeups.load(Ordering::SeqCst), 1);
+        assert_eq!(cb.watch_all.load(Ordering::SeqCst), 0);
+        assert!(cb.watch.iter().all(|w| w.load(Ordering::SeqCst) == 0));
+    }
+
+    #[test]
+    fn writes_elsewhere_make_no_wakeup() {
+        let cb = Arc::new(ControlBlock::new());
+        let flag = Arc::new(AtomicU64::new(0));
+        let t = sleeper(&cb, &flag, 8192, 1);
+        for i in 0..1000 {
+            // Neighbours on both sides, never the watched word.
+            // SAFETY: live control block.
+            unsafe { ring(&*cb, &[Span::bytes(8192 - 64 + (i % 8) * 8, 8)]) };
+            // SAFETY: as above.
+            unsafe { ring(&*cb, &[Span::bytes(8200, 4096)]) };
+        }
+        assert_eq!(cb.wakeups.load(Ordering::SeqCst), 0);
+        flag.store(1, Ordering::SeqCst);
+        // A span that covers the word among others wakes it.
+        // SAFETY: as above.
+        unsafe { ring(&*cb, &[Span::bytes(100_000, 8), Span::bytes(8000, 200)]) };
+        assert!(t.join().unwrap().is_ok());
+        assert_eq!(cb.wakeups.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn unknown_writes_and_unknown_watches_always_match() {
+        let cb = Arc::new(ControlBlock::new());
+        let flag = Arc::new(AtomicU64::new(0));
+        let t = sleeper(&cb, &flag, 4096, 1);
+        flag.store(1, Ordering::SeqCst);
+        // SAFETY: live control block.
+        unsafe { ring(&*cb, &[Span::ALL]) };
+        assert!(t.join().unwrap().is_ok());
+        // A waiter with no span is woken by any write.
+        assert!(Span::ALL.pack().is_none());
+        assert!(Span::bytes(1 << 40, 8).pack().is_none());
+        assert!(Span::bytes(64, 0).pack().is_none());
+        assert!(!Span::bytes(64, 0).hits(Span::bytes(0, 128).pack().unwrap()));
+        assert!(Span::bytes(7, 2).hits(Span::bytes(8, 1).pack().unwrap()));
+        assert!(!Span::bytes(16, 8).hits(Span::bytes(8, 8).pack().unwrap()));
+    }
+
+    #[test]
+    fn more_waiters_than_slots_watch_everything() {
+        let cb = Arc::new(ControlBlock::new());
+        let flags: Vec<Arc<AtomicU64>> = (0..WATCH_SLOTS + 3)
+            .map(|_| Arc::new(AtomicU64::new(0)))
+            .collect();
+        let threads: Vec<_> = flags
+            .iter()
+            .enumerate()
+            .map(|(i, f)| sleeper(&cb, f, 4096 + 64 * i, 1))
+            .collect();
+        assert_eq!(cb.watch_all.load(Ordering::SeqCst), 3);
+        for (i, f) in flags.iter().enumerate() {
+            f.store(1, Ordering::SeqCst);
+            // SAFETY: live control block.
+            unsafe { ring(&*cb, &[Span::bytes(4096 + 64 * i, 8)]) };
+        }
+        for t in threads {
+            assert!(t.join().unwrap().is_ok());
+        }
+        assert_eq!(cb.waiters.load(Ordering::SeqCst), 0);
+        assert_eq!(cb.watch_all.load(Ordering::SeqCst), 0);
+    }
+
+    /// Several waiters on neighbouring words and writers that hit them in
+    /// random order: every wait must end (no lost wake-up), for many rounds.
+    #[test]
+    fn no_lost_wakeup_under_contention() {
+        const WAITERS: usize = 4;
+        const ROUNDS: u64 = 2000;
+        let cb = Arc::new(ControlBlock::new());
+        let words: Arc<Vec<AtomicU64>> =
+            Arc::new((0..WAITERS).map(|_| AtomicU64::new(0)).collect());
+        let acks: Arc<Vec<AtomicU64>> = Arc::new((0..WAITERS).map(|_| AtomicU64::new(0)).collect());
+        let waiters: Vec<_> = (0..WAITERS)
+            .map(|i| {
+                let (cb, words, acks) = (cb.clone(), words.clone(), acks.clone());
+                std::thread::spawn(move || {
+                    // Short spin so most rounds go to sleep.
+                    let p = policy(
+                        Duration::ZERO,
+                        Duration::from_secs(5),
+                        Some(Duration::from_secs(60)),
+                    );
+                    for r in 1..=ROUNDS {
+                        // SAFETY: the control block lives in the Arc above.
+                        unsafe {
+                            wait_until(
+                                &*cb,
+                                p,
+                                Span::bytes(64 * (i + 1), 8),
+                                || words[i].load(Ordering::SeqCst) >= r,
+                                || Ok::<(), ()>(()),
+                                |_| (),
+                            )
+                        }?;
+                        acks[i].store(r, Ordering::SeqCst);
+                    }
+                    Ok::<(), ()>(())
+                })
+            })
+            .collect();
+        // Two writers: one bumps the words, one writes next to them.
+        let noise = {
+            let cb = cb.clone();
+            let stop = Arc::new(AtomicU32::new(0));
+            let s2 = stop.clone();
+            (
+                std::thread::spawn(move || {
+                    while s2.load(Ordering::Relaxed) == 0 {
+                        // SAFETY: live control block.
+                        unsafe { ring(&*cb, &[Span::bytes(64 * 100, 64)]) };
+                    }
+                }),
+                stop,
+            )
+        };
+        for r in 1..=ROUNDS {
+            // Lockstep, so that the waiters go to sleep between rounds.
+            for a in acks.iter() {
+                while a.load(Ordering::SeqCst) < r - 1 {
+                    std::thread::yield_now();
+                }
+            }
+            for i in 0..WAITERS {
+                words[i].store(r, Ordering::SeqCst);
+                // SAFETY: live control block.
+                unsafe { ring(&*cb, &[Span::bytes(64 * (i + 1), 8)]) };
+            }
+        }
+        for w in waiters {
+            assert!(
+                w.join().unwrap().is_ok(),
+                "a waiter timed out: lost wake-up"
+            );
+        }
+        noise.1.store(1, Ordering::Relaxed);
+        noise.0.join().unwrap();
     }
 
     #[test]
     fn liveness_error_ends_the_wait() {
-        let cb = ControlBlock {
-            doorbell: AtomicU32::new(0),
-            waiters: AtomicU32::new(0),
-            wake_pending: AtomicU32::new(0),
-        };
-        let policy = WaitPolicy {
-            spin: Duration::ZERO,
-            yield_for: Duration::ZERO,
-            poll: Duration::from_millis(1),
-            timeout: None,
-        };
+        let cb = ControlBlock::new();
         let mut n = 0;
         // SAFETY: live control block on the stack.
         let r = unsafe {
             wait_until(
                 &cb,
-                policy,
+                policy(Duration::ZERO, Duration::from_millis(1), None),
+                Span::ALL,
                 || false,
                 || {
                     n += 1;
@@ -241,5 +529,6 @@ mod tests {
             )
         };
         assert_eq!(r, Err("gone"));
+        assert_eq!(cb.watch_all.load(Ordering::SeqCst), 0);
     }
 }

@@ -22,6 +22,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use shmem_core::node_heaps::NodeHeaps;
+use shmem_core::wait::Span;
 use shmem_core::{
     AmoOp, AmoWidth, Capabilities, PeId, Result, SignalOp, Transport, TransportInit,
     TransportRegistration,
@@ -53,11 +54,6 @@ impl Hccs {
     fn base(&self, pe: PeId) -> Result<*mut u8> {
         self.heaps.require(pe)
     }
-
-    #[inline]
-    fn wake(&self, base: *mut u8) {
-        NodeHeaps::wake(base);
-    }
 }
 
 impl Transport for Hccs {
@@ -66,7 +62,11 @@ impl Transport for Hccs {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::RMA | Capabilities::AMO | Capabilities::SIGNAL | Capabilities::DIRECT_POINTER
+        Capabilities::RMA
+            | Capabilities::AMO
+            | Capabilities::SIGNAL
+            | Capabilities::DIRECT_POINTER
+            | Capabilities::LOAD_STORE
     }
 
     fn can_reach(&self, pe: PeId) -> bool {
@@ -86,7 +86,8 @@ impl Transport for Hccs {
         // the target is this PE's own heap.
         unsafe { std::ptr::copy(src, base.add(dst), len) };
         // Also for this PE: another thread of it may be waiting on the data.
-        self.wake(base);
+        // SAFETY: `base` is a heap mapped by `self.heaps`.
+        unsafe { NodeHeaps::wake(base, dst, len) };
         Ok(())
     }
 
@@ -106,7 +107,7 @@ impl Transport for Hccs {
     fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
         let base = self.base(pe)?;
         // SAFETY: aligned, in-heap signal word (checked by the runtime).
-        unsafe { NodeHeaps::signal(base, sig, op, value) };
+        unsafe { NodeHeaps::signal(base, sig, op, value, Span::bytes(0, 0)) };
         Ok(())
     }
 
@@ -126,7 +127,9 @@ impl Transport for Hccs {
         unsafe { std::ptr::copy(src, base.add(dst), len) };
         // The data must be visible before the signal.
         fence(Ordering::Release);
-        self.signal(pe, sig, op, value)
+        // SAFETY: aligned, in-heap signal word (checked by the runtime).
+        unsafe { NodeHeaps::signal(base, sig, op, value, Span::bytes(dst, len)) };
+        Ok(())
     }
 
     fn fence(&self) -> Result<()> {
@@ -135,7 +138,8 @@ impl Transport for Hccs {
     }
 
     fn quiet(&self) -> Result<()> {
-        fence(Ordering::SeqCst);
+        // Copies and atomics are complete when they return; the runtime
+        // adds the fence that orders them.
         Ok(())
     }
 }

@@ -19,6 +19,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use shmem_core::node_heaps::NodeHeaps;
+use shmem_core::wait::Span;
 use shmem_core::{
     shmem_log, AmoOp, AmoWidth, Capabilities, Completion, Error, PeId, Result, SignalOp, Transport,
     TransportInit,
@@ -333,7 +334,9 @@ fn serve_qp(mut s: TcpStream, from: PeId, base: usize, heap_size: usize, rkey: u
                     return;
                 }
                 if r.a == 0 {
-                    NodeHeaps::wake(base);
+                    // SAFETY: `base` is our own heap, which starts with its
+                    // control block.
+                    unsafe { NodeHeaps::wake(base, off, r.len as usize) };
                 } else {
                     // Put-with-signal: the signal follows the data it covers.
                     std::sync::atomic::fence(Ordering::Release);
@@ -343,7 +346,15 @@ fn serve_qp(mut s: TcpStream, from: PeId, base: usize, heap_size: usize, rkey: u
                         SignalOp::Set
                     };
                     // SAFETY: in-heap, aligned signal word (checked above).
-                    unsafe { NodeHeaps::signal(base, r.b as usize, op, r.c) };
+                    unsafe {
+                        NodeHeaps::signal(
+                            base,
+                            r.b as usize,
+                            op,
+                            r.c,
+                            Span::bytes(off, r.len as usize),
+                        )
+                    };
                 }
                 w.write_all(
                     &Response {
@@ -394,7 +405,7 @@ fn serve_qp(mut s: TcpStream, from: PeId, base: usize, heap_size: usize, rkey: u
                     SignalOp::Set
                 };
                 // SAFETY: in-heap, aligned signal word (checked above).
-                unsafe { NodeHeaps::signal(base, off, op, r.a) };
+                unsafe { NodeHeaps::signal(base, off, op, r.a, Span::bytes(0, 0)) };
                 w.write_all(
                     &Response {
                         status: Status::Ack,

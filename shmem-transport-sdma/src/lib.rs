@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 use shmem_core::node_heaps::NodeHeaps;
+use shmem_core::wait::Span;
 use shmem_core::{
     AmoOp, AmoWidth, Capabilities, Completion, Error, PeId, Result, SignalOp, Transport,
     TransportInit, TransportRegistration,
@@ -123,7 +124,9 @@ fn worker(rx: Receiver<Descriptor>, counters: Arc<Counters>) {
         // bytes until `done` completes; `copy` tolerates overlap.
         unsafe { std::ptr::copy(d.src, d.dst, d.len) };
         if let Some(base) = d.wake {
-            NodeHeaps::wake(base);
+            // SAFETY: `base` is a heap mapped by the engine's NodeHeaps, which
+            // outlives the engine threads; `dst` lies in it.
+            unsafe { NodeHeaps::wake(base, d.dst as usize - base as usize, d.len) };
         }
         d.done.finish_part(Ok(()));
         counters.completed.fetch_add(1, Ordering::AcqRel);
@@ -301,7 +304,8 @@ impl Transport for Sdma {
             // SAFETY: in-heap destination (checked by the runtime), valid source.
             unsafe { std::ptr::copy(src, base.add(dst), len) };
             // Also for this PE: another thread of it may be waiting on the data.
-            NodeHeaps::wake(base);
+            // SAFETY: `base` is a heap mapped by `self.heaps`.
+            unsafe { NodeHeaps::wake(base, dst, len) };
             return Ok(());
         }
         // SAFETY: blocking: the source outlives the wait below.
@@ -395,7 +399,7 @@ impl Transport for Sdma {
     fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
         let base = self.heaps.require(pe)?;
         // SAFETY: aligned, in-heap signal word (checked by the runtime).
-        unsafe { NodeHeaps::signal(base, sig, op, value) };
+        unsafe { NodeHeaps::signal(base, sig, op, value, Span::bytes(0, 0)) };
         Ok(())
     }
 
@@ -416,7 +420,7 @@ impl Transport for Sdma {
             unsafe { self.put(pe, dst, src, len)? };
             fence(Ordering::Release);
             // SAFETY: aligned, in-heap signal word (checked by the runtime).
-            unsafe { NodeHeaps::signal(base, sig, op, value) };
+            unsafe { NodeHeaps::signal(base, sig, op, value, Span::bytes(dst, len)) };
             return Ok(());
         }
         // SAFETY: forwarded contract; the signal follows the last chunk.
@@ -425,7 +429,9 @@ impl Transport for Sdma {
         done.then(move || {
             fence(Ordering::Release);
             // SAFETY: the heap stays mapped while the engine runs.
-            unsafe { NodeHeaps::signal(base_addr as *mut u8, sig, op, value) };
+            unsafe {
+                NodeHeaps::signal(base_addr as *mut u8, sig, op, value, Span::bytes(dst, len))
+            };
             Ok(())
         });
         Ok(())
@@ -433,7 +439,9 @@ impl Transport for Sdma {
 
     fn fence(&self) -> Result<()> {
         // Descriptors may run on different engines: order by completing them.
-        self.quiet()
+        self.quiet()?;
+        fence(Ordering::SeqCst);
+        Ok(())
     }
 
     fn quiet(&self) -> Result<()> {
@@ -441,7 +449,6 @@ impl Transport for Sdma {
         let target = c.issued.load(Ordering::Acquire);
         for _ in 0..1000 {
             if c.completed.load(Ordering::Acquire) >= target {
-                fence(Ordering::SeqCst);
                 return Ok(());
             }
             std::hint::spin_loop();
@@ -456,7 +463,6 @@ impl Transport for Sdma {
         }
         drop(g);
         c.quiet_waiters.fetch_sub(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
         Ok(())
     }
 }

@@ -49,6 +49,12 @@ fn signal_stress() {
 }
 
 #[test]
+fn writes_never_wake_a_pe_sleeping_on_other_words() {
+    at_sizes("quiet_sleepers", &[2, 4], &[]);
+    at_sizes("quiet_sleepers", &[2], &[("SHMEM_TEST_ENGINE", "sdma")]);
+}
+
+#[test]
 fn waits() {
     at_sizes("waits", &[1, 2, 3, 4, 8], &[]);
 }

@@ -257,7 +257,7 @@ pub fn engines(ctx: &mut Ctx<'_>) -> Result<Vec<Row>> {
     let threads = engine_threads();
     let mut rows = Vec::new();
     for size in sizes {
-        let m = ctx.measure(Scope::PairIdle, |batch| {
+        let m = ctx.measure(Scope::Pair, |batch| {
             if me != 0 {
                 return Ok(());
             }
@@ -269,7 +269,7 @@ pub fn engines(ctx: &mut Ctx<'_>) -> Result<Vec<Row>> {
             None => format!("{} x?", format_size(size)),
         };
         ctx.progress(Bench::SdmaEngines.name(), &label, &m);
-        let memcpy = ctx.memcpy_idle_us(size)?;
+        let memcpy = ctx.memcpy_us(size)?;
         let refs = vec![Reference::new(
             RefKind::MemcpyBandwidth,
             m.stats.median_us,

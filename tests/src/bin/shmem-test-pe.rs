@@ -1212,6 +1212,56 @@ fn link_cut(pe: &Shmem) -> Result<()> {
     }
 }
 
+/// PE 0 puts, fetch-adds and signals into PE 1 for a while (and into every
+/// other PE) while they sleep in `barrier_all`: none of those writes may
+/// wake them (no FUTEX_WAKE is made for them), and the data must be there
+/// after the barrier.
+fn quiet_sleepers(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let data = pe.calloc::<u64>(64)?;
+    let counter = pe.calloc::<u64>(1)?;
+    let other_sig = pe.calloc::<u64>(1)?;
+    pe.barrier_all()?;
+    let before = pe.wakeups_received();
+    if me == 0 {
+        // Long enough that the others stop spinning and sleep (their spin
+        // phase is microseconds), and many operations of each kind.
+        let start = Instant::now();
+        let mut i = 0u64;
+        while i < 20_000 || start.elapsed() < Duration::from_millis(300) {
+            i += 1;
+            for to in 1..n {
+                pe.put(
+                    data.slice((i % 64) as usize..(i % 64) as usize + 1)?,
+                    &[i],
+                    to,
+                )?;
+                pe.quiet()?;
+                pe.atomic_fetch_add(counter.at(0)?, 1, to)?;
+                pe.signal_op(other_sig.at(0)?, i, SignalOp::Set, to)?;
+            }
+        }
+        pe.barrier_all()?;
+        for to in 1..n {
+            let got = pe.g(counter.at(0)?, to)?;
+            check!(me, got == i, "PE {to}'s counter is {got}, expected {i}");
+        }
+        pe.barrier_all()?;
+        return Ok(());
+    }
+    pe.barrier_all()?;
+    let woken = pe.wakeups_received() - before;
+    // The barrier itself may wake this PE (once per barrier round at most).
+    check!(
+        me,
+        woken <= 4,
+        "{woken} wake-up system calls were made for this PE while it slept in a \
+         barrier that the writes did not concern"
+    );
+    pe.barrier_all()?;
+    Ok(())
+}
+
 /// PE 1 ends the whole job with status 5 while the others wait in a barrier.
 fn global_exit(pe: &Shmem) -> Result<()> {
     pe.barrier_all()?;
@@ -1256,6 +1306,7 @@ fn main() {
         "streams" => streams(&pe),
         "handles" => handles(&pe),
         "instances" => instances(&pe),
+        "quiet_sleepers" => quiet_sleepers(&pe),
         other => Err(Error::invalid(
             "scenario",
             format!("unknown scenario {other:?}"),
