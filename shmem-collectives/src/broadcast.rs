@@ -1,9 +1,9 @@
 //! Broadcast: the root's `source` lands in every member's `dest` (the
 //! root's included), directly or down a binomial tree.
 
-use shmem_core::{Element, Error, Result, SymSlice};
+use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
-use crate::collectives::{check_disjoint, check_sym, local_copy, Desc};
+use crate::collectives::{check_disjoint, check_sym, local_copy, Call, Desc};
 use crate::{BroadcastAlgorithm, Collectives, Team};
 
 impl Collectives {
@@ -43,6 +43,44 @@ impl Collectives {
             .with(root as u64)
             .with(algo as u64);
         let describe = || format!("root {root}, {nelems} x {}", std::any::type_name::<T>());
+        let bytes = nelems * std::mem::size_of::<T>();
+        let plan = self
+            .algorithms
+            .broadcast
+            .is_none()
+            .then(|| Call::fold_plan(self, n, bytes, bytes))
+            .flatten();
+        if let Some(plan) = plan {
+            // Small: the root's data rides on the handshake.
+            let mine = match (&local, is_root) {
+                (Ok(()), true) => as_bytes(&rt.read_local(source.slice(..nelems)?)?).to_vec(),
+                _ => vec![0u8; bytes],
+            };
+            let finish = |parts: &[&[u8]], out: &mut [u8]| -> Result<()> {
+                out.copy_from_slice(parts[root]);
+                Ok(())
+            };
+            let out = self.begin_folded(
+                plan,
+                team,
+                "broadcast",
+                desc,
+                local,
+                &describe,
+                &mine,
+                bytes,
+                &finish,
+            )?;
+            if nelems == 0 {
+                return Ok(());
+            }
+            let dest = dest.slice(..nelems)?;
+            // SAFETY: this PE's own dest, in the heap (checked); no other PE
+            // writes it during a folded broadcast.
+            let d = unsafe { rt.local_slice_mut(dest)? };
+            as_bytes_mut(d).copy_from_slice(&out);
+            return Ok(());
+        }
         let mut call = self.begin(team, "broadcast", desc, local, &describe)?;
         if nelems == 0 {
             return Ok(());

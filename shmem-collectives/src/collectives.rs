@@ -27,11 +27,13 @@ use crate::algorithm::{AlgorithmChoice, BarrierAlgorithm};
 use crate::team::{strided_members, Team, TeamConfig, TeamKind, TeamState};
 
 /// Fingerprint value sent by a PE whose own arguments were invalid.
-const BAD_ARGS: u32 = 0x8000_0000;
+pub(crate) const BAD_ARGS: u32 = 0x8000_0000;
 /// Handshake state once two different fingerprints have met.
-const MISMATCH: u32 = 0xFFFF_FFFF;
+pub(crate) const MISMATCH: u32 = 0xFFFF_FFFF;
 /// Words in a cache line; latency-critical words get one each.
 const LINE_WORDS: usize = 8;
+/// First heap offset open to users (any mapped PE has it).
+const RESERVED: usize = shmem_core::heap::RESERVED_BYTES;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -58,7 +60,7 @@ impl Default for CollectivesOptions {
 
 /// Where a slot's words live, in `u64` words from the slot's start.
 #[derive(Debug, Clone, Copy)]
-struct SlotLayout {
+pub(crate) struct SlotLayout {
     rounds: usize,
     world: usize,
     words: usize,
@@ -74,13 +76,13 @@ impl SlotLayout {
             words: words.div_ceil(LINE_WORDS) * LINE_WORDS,
         }
     }
-    fn entry(&self, parity: usize, round: usize) -> usize {
+    pub(crate) fn entry(&self, parity: usize, round: usize) -> usize {
         (parity * self.rounds + round) * LINE_WORDS
     }
-    fn release(&self) -> usize {
+    pub(crate) fn release(&self) -> usize {
         2 * self.rounds * LINE_WORDS
     }
-    fn linear(&self, from: usize) -> usize {
+    pub(crate) fn linear(&self, from: usize) -> usize {
         (2 * self.rounds + 1) * LINE_WORDS + from
     }
     fn data(&self, from: usize) -> usize {
@@ -107,13 +109,20 @@ pub struct Collectives {
     pub(crate) rt: Arc<Runtime>,
     id: u64,
     pub(crate) algorithms: AlgorithmChoice,
-    layout: SlotLayout,
+    pub(crate) layout: SlotLayout,
     signals: SymBuf<u64>,
+    /// Per team slot, [`crate::fold::FOLD_BYTES`] for small collectives
+    /// folded into their handshake.
+    pub(crate) fold: SymBuf<u8>,
     stage: SymBuf<u8>,
     pub(crate) stage_bytes: usize,
     max_teams: usize,
     /// Some node runs more PEs than it has cores (agreed by every PE).
-    oversubscribed: bool,
+    pub(crate) oversubscribed: bool,
+    /// Every PE maps every PE's heap (one node, load/store engines; agreed
+    /// by every PE): a linear barrier's release is one word on team PE 0
+    /// that all members sleep on, woken by one system call.
+    pub(crate) shared_release: bool,
     /// Bit `s` set: slot `s` is free on this PE.
     free_slots: Mutex<u64>,
     world: Team,
@@ -165,7 +174,7 @@ pub(crate) struct Call<'a> {
     pub(crate) coll: &'a Collectives,
     pub(crate) rt: &'a Runtime,
     pub(crate) team: &'a Team,
-    state: MutexGuard<'a, TeamState>,
+    pub(crate) state: MutexGuard<'a, TeamState>,
     /// This PE's team index.
     pub(crate) me: usize,
     /// Team size.
@@ -178,7 +187,7 @@ impl Call<'_> {
         self.team.inner.members[idx]
     }
 
-    fn word(&self, w: usize) -> SymRef<u64> {
+    pub(crate) fn word(&self, w: usize) -> SymRef<u64> {
         self.coll.word(self.team.inner.slot, w)
     }
 
@@ -231,12 +240,12 @@ impl Call<'_> {
     /// A barrier inside a call (between chunks that reuse the staging buffer).
     pub(crate) fn sync(&mut self) -> Result<()> {
         let v = Desc::new("inner-sync").value();
-        self.handshake(v).map(|_| ())
+        self.handshake(v, self.coll.shared_release).map(|_| ())
     }
 
     /// Runs the handshake barrier with fingerprint `value`; returns the
     /// agreed value, or [`MISMATCH`].
-    fn handshake(&mut self, value: u32) -> Result<u32> {
+    fn handshake(&mut self, value: u32, shared_release: bool) -> Result<u32> {
         self.state.seq += 1;
         if self.n == 1 {
             return Ok(value);
@@ -271,26 +280,87 @@ impl Call<'_> {
                     let w = self.word(self.coll.layout.linear(me));
                     self.rt
                         .signal_op(w, tag | value as u64, SignalOp::Set, self.pe(0))?;
+                    if shared_release {
+                        return self.wait_tagged_on(self.pe(0), release, tag);
+                    }
                     return self.wait_tagged(release, tag);
                 }
-                let mut state = value;
-                for j in 1..n {
-                    if self.wait_tagged(self.word(self.coll.layout.linear(j)), tag)? != state {
-                        state = MISMATCH;
-                    }
-                }
-                for j in 1..n {
+                let state = self.gather_arrivals(tag, value)?;
+                if shared_release {
+                    // One store here; every member sleeps on this word.
                     self.rt
-                        .signal_op(release, tag | state as u64, SignalOp::Set, self.pe(j))?;
+                        .signal_op(release, tag | state as u64, SignalOp::Set, self.pe(0))?;
+                } else {
+                    for j in 1..n {
+                        self.rt.signal_op(
+                            release,
+                            tag | state as u64,
+                            SignalOp::Set,
+                            self.pe(j),
+                        )?;
+                    }
                 }
                 Ok(state)
             }
         }
     }
 
+    /// Team PE 0 of a linear handshake: waits for every member's arrival
+    /// word to carry `tag`; returns `value`, or [`MISMATCH`] if an arrival
+    /// carried another fingerprint.
+    pub(crate) fn gather_arrivals(&self, tag: u64, value: u32) -> Result<u32> {
+        let n = self.n;
+        let first = self.word(self.coll.layout.linear(1));
+        let mut state = value;
+        let mut arrived = 1;
+        let mut failed = None;
+        // One wait over all the arrival words.
+        self.rt.wait_on(first.offset(), (n - 1) * 8, || {
+            while arrived < n {
+                let w = self.word(self.coll.layout.linear(arrived));
+                match self.rt.signal_fetch(w) {
+                    Ok(v) if v & !0xFFFF_FFFF == tag => {
+                        if v as u32 != state {
+                            state = MISMATCH;
+                        }
+                        arrived += 1;
+                    }
+                    Ok(_) => return false,
+                    Err(e) => {
+                        failed = Some(e);
+                        return true;
+                    }
+                }
+            }
+            true
+        })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(state),
+        }
+    }
+
+    /// Waits until `w` on world PE `pe` (mapped here) carries `tag` in its
+    /// upper half; returns the lower half.
+    pub(crate) fn wait_tagged_on(&self, pe: PeId, w: SymRef<u64>, tag: u64) -> Result<u32> {
+        let p = self
+            .rt
+            .peer_ptr(w.offset(), pe)?
+            .ok_or_else(|| Error::invalid("team", format!("PE {pe}'s heap is not mapped here")))?;
+        // SAFETY: an 8-aligned word of a heap mapped for the runtime's life,
+        // written only with atomics.
+        let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(p.as_ptr().cast()) };
+        let mut got = 0u64;
+        self.rt.wait_on_pe(pe, w.offset(), 8, || {
+            got = word.load(Ordering::Acquire);
+            got & !0xFFFF_FFFF == tag
+        })?;
+        Ok(got as u32)
+    }
+
     /// Waits until this PE's `w` carries `tag` in its upper half; returns the
     /// lower half.
-    fn wait_tagged(&self, w: SymRef<u64>, tag: u64) -> Result<u32> {
+    pub(crate) fn wait_tagged(&self, w: SymRef<u64>, tag: u64) -> Result<u32> {
         let mut got = 0u64;
         let mut failed = None;
         self.rt
@@ -343,12 +413,16 @@ impl Collectives {
         let mut mine = algorithms.fingerprint().to_le_bytes().to_vec();
         mine.extend_from_slice(&(stage_bytes as u64).to_le_bytes());
         mine.extend_from_slice(&(opts.max_teams as u64).to_le_bytes());
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let cores = rt.config().cores();
         let crowded = rt.topology().local_pes().len() > cores;
+        let maps_all = (0..n).all(|pe| matches!(rt.peer_ptr(RESERVED, pe), Ok(Some(_))));
         let mut msg = mine.clone();
         msg.push(u8::from(crowded));
+        msg.push(u8::from(maps_all));
         let all = rt.bootstrap().allgather(&msg)?;
-        let oversubscribed = all.iter().any(|m| m.last() == Some(&1));
+        let flag = |m: &Vec<u8>, back: usize| m.len() >= back && m[m.len() - back] == 1;
+        let oversubscribed = all.iter().any(|m| flag(m, 2));
+        let shared_release = all.iter().all(|m| flag(m, 1));
         if let Some(pe) = all
             .iter()
             .position(|m| m.get(..mine.len()) != Some(&mine[..]))
@@ -369,6 +443,9 @@ impl Collectives {
             .ok_or_else(|| Error::invalid("stage_bytes", "stage_bytes * max_teams overflows"))?;
         let stage_off = rt.malloc_bytes(stage_total, 64)?;
         let stage = SymBuf::from_raw_parts(stage_off, stage_total, rt.instance());
+        let fold_total = crate::fold::FOLD_BYTES * opts.max_teams;
+        let fold =
+            SymBuf::from_raw_parts(rt.malloc_bytes(fold_total, 64)?, fold_total, rt.instance());
         // Zeroed, then a barrier inside calloc: no PE signals a word before
         // its owner has cleared it.
         let signals = rt.calloc::<u64>(layout.words * opts.max_teams)?;
@@ -398,10 +475,12 @@ impl Collectives {
             algorithms,
             layout,
             signals,
+            fold,
             stage,
             stage_bytes,
             max_teams: opts.max_teams,
             oversubscribed,
+            shared_release,
             free_slots: Mutex::new(all & !0b11),
             world,
             shared,
@@ -458,6 +537,23 @@ impl Collectives {
         local: Result<()>,
         describe: &dyn Fn() -> String,
     ) -> Result<Call<'a>> {
+        self.begin_release(team, op, desc, local, describe, self.shared_release)
+    }
+
+    /// [`Collectives::begin`] choosing the linear handshake's release:
+    /// `shared` reads team PE 0's release word (one wake-up for all), else
+    /// team PE 0 signals each member's own word. `team_destroy` needs the
+    /// latter: it clears the slot's words right after the handshake, and a
+    /// shared release word could be cleared before a slow member read it.
+    fn begin_release<'a>(
+        &'a self,
+        team: &'a Team,
+        op: &'static str,
+        desc: Desc,
+        local: Result<()>,
+        describe: &dyn Fn() -> String,
+        shared: bool,
+    ) -> Result<Call<'a>> {
         self.check_team(team)?;
         let mut call = Call {
             coll: self,
@@ -471,22 +567,68 @@ impl Collectives {
             Ok(()) => desc.value(),
             Err(_) => BAD_ARGS,
         };
-        let agreed = call.handshake(mine)?;
+        let agreed = call.handshake(mine, shared)?;
         local?;
         if agreed != mine {
-            return Err(Error::CollectiveMismatch {
-                op,
-                details: format!(
-                    "PE {} (team PE {} of {}) called {op} with {}; another PE of the team passed \
-                     different arguments, invalid ones, or called a different collective",
-                    self.rt.my_pe(),
-                    call.me,
-                    call.n,
-                    describe()
-                ),
-            });
+            return Err(self.mismatch(op, &call, describe));
         }
         Ok(call)
+    }
+
+    /// [`Collectives::begin`] for a small collective whose data rides on
+    /// the handshake (see [`crate::fold`]): `mine` is this PE's contribution
+    /// (the same length on every PE), `finish` computes the `result_len`
+    /// result bytes from all contributions in team order. `plan` comes from
+    /// [`Call::fold_plan`] (when it gives none, the caller runs
+    /// [`Collectives::begin`] and its own algorithm instead).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn begin_folded(
+        &self,
+        plan: crate::fold::FoldPlan,
+        team: &Team,
+        op: &'static str,
+        desc: Desc,
+        local: Result<()>,
+        describe: &dyn Fn() -> String,
+        mine: &[u8],
+        result_len: usize,
+        finish: crate::fold::Finish<'_>,
+    ) -> Result<Vec<u8>> {
+        {
+            self.check_team(team)?;
+            let mut call = Call {
+                coll: self,
+                rt: &self.rt,
+                team,
+                state: team.lock_state(),
+                me: team.my_pe(),
+                n: team.n_pes(),
+            };
+            let value = match local {
+                Ok(()) => desc.value(),
+                Err(_) => BAD_ARGS,
+            };
+            let (agreed, out) = call.fold_handshake(plan, value, mine, result_len, finish)?;
+            local?;
+            if agreed != value {
+                return Err(self.mismatch(op, &call, describe));
+            }
+            Ok(out)
+        }
+    }
+
+    fn mismatch(&self, op: &'static str, call: &Call<'_>, describe: &dyn Fn() -> String) -> Error {
+        Error::CollectiveMismatch {
+            op,
+            details: format!(
+                "PE {} (team PE {} of {}) called {op} with {}; another PE of the team passed \
+                 different arguments, invalid ones, or called a different collective",
+                self.rt.my_pe(),
+                call.me,
+                call.n,
+                describe()
+            ),
+        }
     }
 
     pub(crate) fn check_team(&self, team: &Team) -> Result<()> {
@@ -614,9 +756,14 @@ impl Collectives {
                 "TEAM_WORLD and TEAM_SHARED cannot be destroyed",
             ));
         }
-        let call = self.begin(&team, "team_destroy", Desc::new("destroy"), Ok(()), &|| {
-            "no arguments".into()
-        })?;
+        let call = self.begin_release(
+            &team,
+            "team_destroy",
+            Desc::new("destroy"),
+            Ok(()),
+            &|| "no arguments".into(),
+            false,
+        )?;
         // Every member has entered destroy and every signal sent to this PE
         // has been consumed, so nothing is in flight to these words: clear
         // them for the slot's next team.

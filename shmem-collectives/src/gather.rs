@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use shmem_core::{Element, Error, Result, SymSlice};
+use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
 use crate::collectives::{check_disjoint, check_sym, local_copy, mul, Call, Desc};
 use crate::{Collectives, GatherAlgorithm, Team};
@@ -78,6 +78,43 @@ impl Collectives {
             .with(nelems as u64)
             .with(algo as u64);
         let describe = || format!("{nelems} x {}", std::any::type_name::<T>());
+        let bytes = nelems * std::mem::size_of::<T>();
+        let plan = match (self.algorithms.fcollect, bytes.checked_mul(n)) {
+            (None, Some(total)) => Call::fold_plan(self, n, bytes, total),
+            _ => None,
+        };
+        if let Some(plan) = plan {
+            // Small: every block rides on the handshake.
+            let mine = match &local {
+                Ok(()) => as_bytes(&rt.read_local(source.slice(..nelems)?)?).to_vec(),
+                Err(_) => vec![0u8; bytes],
+            };
+            let finish = |parts: &[&[u8]], out: &mut [u8]| -> Result<()> {
+                for (i, p) in parts.iter().enumerate() {
+                    out[i * bytes..(i + 1) * bytes].copy_from_slice(p);
+                }
+                Ok(())
+            };
+            let out = self.begin_folded(
+                plan,
+                team,
+                "fcollect",
+                desc,
+                local,
+                &describe,
+                &mine,
+                bytes * n,
+                &finish,
+            )?;
+            if nelems == 0 {
+                return Ok(());
+            }
+            // SAFETY: this PE's own dest, in the heap (checked); no other PE
+            // writes it during a folded fcollect.
+            let d = unsafe { rt.local_slice_mut(dest.slice(..n * nelems)?)? };
+            as_bytes_mut(d).copy_from_slice(&out);
+            return Ok(());
+        }
         let mut call = self.begin(team, "fcollect", desc, local, &describe)?;
         if nelems == 0 {
             return Ok(());

@@ -12,9 +12,10 @@
 //!   contribution per PE) then an allgather of the reduced blocks straight
 //!   into the destinations.
 
-use shmem_core::{Element, Error, Result, SymSlice};
+use shmem_core::{as_bytes, Element, Error, Result, SymSlice};
 
 use crate::collectives::{check_disjoint, check_sym, Call, Desc};
+use crate::fold::elems_from;
 use crate::{Collectives, ReduceAlgorithm, ScanAlgorithm, Team};
 
 /// A reduction operator.
@@ -334,6 +335,42 @@ impl Collectives {
                 std::any::type_name::<T>()
             )
         };
+        let bytes = nreduce * std::mem::size_of::<T>();
+        let plan = self
+            .algorithms
+            .reduce
+            .is_none()
+            .then(|| Call::fold_plan(self, team.n_pes(), bytes, bytes))
+            .flatten();
+        if let Some(plan) = plan {
+            // Small: the contributions ride on the handshake; everyone
+            // combines them in team order, so every PE gets the same bits.
+            if acc.len() != nreduce {
+                acc = vec![acc.first().copied().unwrap_or_else(|| T::identity(op)); nreduce];
+            }
+            let finish = |parts: &[&[u8]], out: &mut [u8]| -> Result<()> {
+                let mut res = elems_from(parts[0], &acc);
+                let mut next = acc.clone();
+                for p in &parts[1..] {
+                    next = elems_from(p, &next);
+                    T::combine(op, &mut res, &next)?;
+                }
+                out.copy_from_slice(as_bytes(&res));
+                Ok(())
+            };
+            let out = self.begin_folded(
+                plan,
+                team,
+                "reduce",
+                desc,
+                local,
+                &describe,
+                as_bytes(&acc),
+                bytes,
+                &finish,
+            )?;
+            return rt.write_local(dest.slice(..nreduce)?, &elems_from(&out, &acc));
+        }
         let mut call = self.begin(team, "reduce", desc, local, &describe)?;
         if nreduce == 0 {
             return Ok(());

@@ -263,6 +263,9 @@ config_table! {
     /// CPU binding of launched PEs.
     bind: String = "SHMEM_BIND", "core",
         "How shmemrun places PEs: core (one core each when they fit, the default) or none";
+    /// Cores the node's PEs share.
+    node_cores: u64 = "SHMEM_NODE_CORES", "0",
+        "Cores this node's PEs share, which decides whether waits spin or yield (set by shmemrun when it binds each PE to one core; 0: the CPUs this process may run on)";
     /// Copy-engine threads.
     sdma_engines: u64 = "SHMEM_SDMA_ENGINES", "0",
         "Copy-engine threads of the SDMA transport (0: half the cores, at least 1, at most 8)";
@@ -294,12 +297,22 @@ impl Config {
         out
     }
 
+    /// Cores this node's PEs share: `SHMEM_NODE_CORES` when set (a launcher
+    /// that binds each PE to one core sets it, since the PE itself then
+    /// sees one CPU), else the CPUs this process may run on.
+    pub fn cores(&self) -> usize {
+        match self.node_cores {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n.min(usize::MAX as u64) as usize,
+        }
+    }
+
     /// Spin time before a wait blocks, given the number of PEs on this node.
     /// `progress_threads` says whether an engine in use needs CPU time of its
     /// own (a software progress thread), which a long spin would steal.
     pub fn spin_duration(&self, local_pes: usize, progress_threads: bool) -> Result<Duration> {
         if self.spin_us.trim().eq_ignore_ascii_case("auto") || self.spin_us.trim().is_empty() {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let cores = self.cores();
             let us = if local_pes <= cores && !progress_threads {
                 50
             } else {

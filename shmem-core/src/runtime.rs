@@ -217,7 +217,7 @@ impl Runtime {
         in_use.sort_unstable();
         in_use.dedup();
         let local = topology.local_pes().len();
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let cores = config.cores();
         // Engines without a direct mapping move data on progress threads.
         let progress = routes.iter().any(|&r| {
             !transports[r as usize]
@@ -1214,6 +1214,54 @@ impl Runtime {
     /// As [`Runtime::wait_for`].
     pub fn wait_on(&self, offset: usize, len: usize, ready: impl FnMut() -> bool) -> Result<()> {
         self.wait_watching(wait::Span::bytes(offset, len), ready)
+    }
+
+    /// [`Runtime::wait_on`] for a condition on `len` bytes at `offset` of
+    /// `pe`'s heap, which must be mapped here (see [`Runtime::peer_ptr`]):
+    /// the caller sleeps on `pe`'s doorbell, so one wake-up by a writer of
+    /// that range releases every PE of the node waiting on it (a barrier's
+    /// release word read by all).
+    ///
+    /// # Errors
+    /// As [`Runtime::wait_for`]; [`Error::InvalidArgument`] when `pe`'s heap is not mapped here or the
+    /// range is outside the heap.
+    pub fn wait_on_pe(
+        &self,
+        pe: PeId,
+        offset: usize,
+        len: usize,
+        ready: impl FnMut() -> bool,
+    ) -> Result<()> {
+        self.live()?;
+        self.check_pe(pe)?;
+        self.check_range(offset, len)?;
+        let base = if pe == self.my_pe {
+            Some(self.base)
+        } else {
+            self.route(pe)?.peer_ptr(pe, 0)
+        };
+        let Some(base) = base else {
+            return Err(Error::invalid(
+                "pe",
+                format!("PE {pe}'s heap is not mapped into this PE; wait on local memory instead"),
+            ));
+        };
+        let bs = &self.bootstrap;
+        // SAFETY: a mapped heap starts with its control block and stays
+        // mapped for the runtime's life.
+        unsafe {
+            wait::wait_until(
+                base.as_ptr() as *const ControlBlock,
+                self.policy,
+                wait::Span::bytes(offset, len),
+                ready,
+                || bs.check_peers(),
+                |d| Error::Timeout {
+                    what: format!("wait on PE {pe}'s symmetric memory (SHMEM_WAIT_TIMEOUT)"),
+                    secs: d.as_secs_f64(),
+                },
+            )
+        }
     }
 
     /// `FUTEX_WAKE` system calls that writers (this PE's threads and its

@@ -1,15 +1,17 @@
 //! Waiting on symmetric memory: spin briefly, then block on a futex.
 //!
-//! Every heap starts with a [`ControlBlock`]. A PE about to block publishes
-//! what it waits on (a [`Span`] of its heap, in one of [`WATCH_SLOTS`]
-//! slots, or "anything" when it cannot say), registers itself in `waiters`,
-//! reads the `doorbell` sequence, re-checks its condition and sleeps on the
-//! doorbell with `FUTEX_WAIT`. A writer that changed a PE's memory calls
-//! [`ring`] with the spans it wrote: one fence and one load when nobody
-//! sleeps; when someone does, it compares its spans with the published ones
-//! and makes the `FUTEX_WAKE` system call only when a sleeper watches what it
-//! wrote. So a put into a PE that sleeps in a barrier costs the writer no
-//! system call and the sleeper no wake-up. The futex is on shared memory (no
+//! Every heap starts with a [`ControlBlock`]. A thread about to block
+//! publishes what it waits on: a [`Span`] of that heap in one of
+//! [`WATCH_SLOTS`] slots (threads waiting on the same span share a slot), or
+//! "anything" when it cannot say. It registers in `waiters`, reads its
+//! doorbell's sequence (the slot's, or the block's own for "anything"),
+//! re-checks its condition and sleeps on that doorbell with `FUTEX_WAIT`. A
+//! writer that changed the heap calls [`ring`] with the spans it wrote: one
+//! fence and one load when nobody sleeps; when someone does, it rings only
+//! the doorbells whose watchers watch what it wrote. So a put into a PE that
+//! sleeps in a barrier costs the writer no system call and the sleeper no
+//! wake-up, and one release word that all PEs of a node sleep on is one
+//! `FUTEX_WAKE` for all of them. The futex is on shared memory (no
 //! `FUTEX_PRIVATE_FLAG`), so it works across processes that map the same
 //! heap.
 
@@ -20,23 +22,36 @@ use std::time::{Duration, Instant};
 /// everything (it is woken by every write, as before slots existed).
 pub const WATCH_SLOTS: usize = 8;
 
+/// One published watch: the span (with a count of the waiters sharing it)
+/// and the doorbell they sleep on.
+#[repr(C)]
+#[derive(Debug)]
+pub struct WatchSlot {
+    /// [`Span::pack`] plus the waiter count; 0 is a free slot.
+    pub key: AtomicU64,
+    /// Incremented by writers that wake this slot's sleepers.
+    pub doorbell: AtomicU32,
+    /// Set by the first writer that rings the doorbell, cleared by a
+    /// waiter before it sleeps again: later writers skip the system call.
+    pub wake_pending: AtomicU32,
+}
+
 /// Per-PE control words at offset 0 of the symmetric heap.
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub struct ControlBlock {
-    /// Incremented by writers when a watching waiter is present.
+    /// Doorbell of the waiters that watch everything.
     pub doorbell: AtomicU32,
-    /// Number of threads of the owning PE blocked (or about to block).
+    /// Number of threads blocked (or about to block) on this heap.
     pub waiters: AtomicU32,
-    /// Set by the first writer that wakes the sleepers, cleared by a waiter
-    /// before it sleeps again: later writers skip the system call meanwhile.
+    /// [`WatchSlot::wake_pending`] for `doorbell`.
     pub wake_pending: AtomicU32,
     /// Blocked waiters that watch every write (no span, or no free slot).
     pub watch_all: AtomicU32,
-    /// `FUTEX_WAKE` calls writers made for this PE (statistics).
+    /// `FUTEX_WAKE` calls writers made for this heap's waiters (statistics).
     pub wakeups: AtomicU64,
-    /// Published watch spans ([`Span::pack`]); 0 is a free slot.
-    pub watch: [AtomicU64; WATCH_SLOTS],
+    /// Published watch spans.
+    pub watch: [WatchSlot; WATCH_SLOTS],
 }
 
 impl ControlBlock {
@@ -48,7 +63,22 @@ impl ControlBlock {
             wake_pending: AtomicU32::new(0),
             watch_all: AtomicU32::new(0),
             wakeups: AtomicU64::new(0),
-            watch: [const { AtomicU64::new(0) }; WATCH_SLOTS],
+            watch: [const {
+                WatchSlot {
+                    key: AtomicU64::new(0),
+                    doorbell: AtomicU32::new(0),
+                    wake_pending: AtomicU32::new(0),
+                }
+            }; WATCH_SLOTS],
+        }
+    }
+
+    /// The doorbell and pending flag of watch slot `slot` (`None`: the
+    /// block's own, for waiters that watch everything).
+    fn bell(&self, slot: Option<usize>) -> (&AtomicU32, &AtomicU32) {
+        match slot.and_then(|i| self.watch.get(i)) {
+            Some(w) => (&w.doorbell, &w.wake_pending),
+            None => (&self.doorbell, &self.wake_pending),
         }
     }
 }
@@ -88,26 +118,32 @@ impl Span {
         }
     }
 
-    /// The slot encoding: start and end in 8-byte granules, 32 bits each,
-    /// rounded outwards; `None` for [`Span::ALL`] or beyond 32 GiB.
+    /// The slot key: start (32 bits) and length (16 bits) in 8-byte
+    /// granules, rounded outwards, above a 16-bit count of the waiters that
+    /// share the slot; `None` for [`Span::ALL`], an empty span, beyond
+    /// 32 GiB or longer than 512 KiB (such waiters watch everything).
     fn pack(self) -> Option<u64> {
         let s = self.start >> GRANULE;
         let e = self.end.checked_add((1 << GRANULE) - 1)? >> GRANULE;
-        if self.end <= self.start || e > u32::MAX as usize {
+        if self.end <= self.start || s > u32::MAX as usize || e - s > 0xFFFF {
             return None;
         }
-        Some(((s as u64) << 32) | e as u64)
+        Some(((s as u64) << 32) | (((e - s) as u64) << 16))
     }
 
-    /// Whether this span intersects the packed watch `w` (non-zero).
+    /// Whether this span intersects the occupied slot value `w`.
     #[inline]
     fn hits(self, w: u64) -> bool {
-        let (ws, we) = ((w >> 32) as usize, (w & 0xFFFF_FFFF) as usize);
+        let ws = (w >> 32) as usize;
+        let we = ws + ((w >> 16) & 0xFFFF) as usize;
         let s = self.start >> GRANULE;
         let e = self.end.saturating_add((1 << GRANULE) - 1) >> GRANULE;
         self.end > self.start && s < we && ws < e
     }
 }
+
+/// The waiter count in a slot value.
+const SLOT_COUNT: u64 = 0xFFFF;
 
 /// Wakes the waiters of the PE whose control block is `cb` that watch any
 /// of `spans` (after this thread wrote them in that PE's memory).
@@ -141,15 +177,22 @@ pub unsafe fn ring_after_seqcst(cb: *const ControlBlock, spans: &[Span]) {
 #[cold]
 #[inline(never)]
 fn ring_watchers(cb: &ControlBlock, spans: &[Span]) {
-    let watched = cb.watch_all.load(Ordering::SeqCst) != 0
-        || cb.watch.iter().any(|slot| {
-            let w = slot.load(Ordering::SeqCst);
-            w != 0 && spans.iter().any(|s| s.hits(w))
-        });
-    if watched && cb.wake_pending.swap(1, Ordering::SeqCst) == 0 {
-        cb.doorbell.fetch_add(1, Ordering::SeqCst);
+    if cb.watch_all.load(Ordering::SeqCst) != 0 {
+        ring_bell(cb, &cb.doorbell, &cb.wake_pending);
+    }
+    for slot in &cb.watch {
+        let w = slot.key.load(Ordering::SeqCst);
+        if w != 0 && spans.iter().any(|s| s.hits(w)) {
+            ring_bell(cb, &slot.doorbell, &slot.wake_pending);
+        }
+    }
+}
+
+fn ring_bell(cb: &ControlBlock, bell: &AtomicU32, pending: &AtomicU32) {
+    if pending.swap(1, Ordering::SeqCst) == 0 {
+        bell.fetch_add(1, Ordering::SeqCst);
         cb.wakeups.fetch_add(1, Ordering::Relaxed);
-        futex_wake(&cb.doorbell);
+        futex_wake(bell);
     }
 }
 
@@ -161,10 +204,26 @@ struct Watch<'a> {
 
 impl<'a> Watch<'a> {
     fn publish(cb: &'a ControlBlock, span: Span) -> Watch<'a> {
-        let slot = span.pack().and_then(|w| {
-            cb.watch.iter().position(|s| {
-                s.compare_exchange(0, w, Ordering::SeqCst, Ordering::Relaxed)
-                    .is_ok()
+        let slot = span.pack().and_then(|key| {
+            // Share a slot with waiters on the same span (all PEs of a node
+            // waiting for one release word), else take a free one.
+            let shared = cb.watch.iter().position(|w| {
+                let s = &w.key;
+                let mut cur = s.load(Ordering::SeqCst);
+                while cur & !SLOT_COUNT == key && cur & SLOT_COUNT < SLOT_COUNT {
+                    match s.compare_exchange(cur, cur + 1, Ordering::SeqCst, Ordering::SeqCst) {
+                        Ok(_) => return true,
+                        Err(now) => cur = now,
+                    }
+                }
+                false
+            });
+            shared.or_else(|| {
+                cb.watch.iter().position(|w| {
+                    w.key
+                        .compare_exchange(0, key | 1, Ordering::SeqCst, Ordering::Relaxed)
+                        .is_ok()
+                })
             })
         });
         if slot.is_none() {
@@ -177,7 +236,17 @@ impl<'a> Watch<'a> {
 impl Drop for Watch<'_> {
     fn drop(&mut self) {
         match self.slot {
-            Some(i) => self.cb.watch[i].store(0, Ordering::SeqCst),
+            Some(i) => {
+                let s = &self.cb.watch[i].key;
+                let mut cur = s.load(Ordering::SeqCst);
+                loop {
+                    let next = if cur & SLOT_COUNT <= 1 { 0 } else { cur - 1 };
+                    match s.compare_exchange(cur, next, Ordering::SeqCst, Ordering::SeqCst) {
+                        Ok(_) => break,
+                        Err(now) => cur = now,
+                    }
+                }
+            }
             None => {
                 self.cb.watch_all.fetch_sub(1, Ordering::SeqCst);
             }
@@ -278,14 +347,15 @@ pub unsafe fn wait_until<E>(
     let cb = unsafe { &*cb };
     // Publish the span before registering: a writer that sees the waiter
     // count also sees the span.
-    let _watch = Watch::publish(cb, watch);
+    let published = Watch::publish(cb, watch);
+    let (bell, pending) = cb.bell(published.slot);
     cb.waiters.fetch_add(1, Ordering::SeqCst);
     let result = loop {
         // Read the doorbell first, then re-arm: a writer that finds the
         // flag already set implies an earlier writer bumps the doorbell
         // after `seq` was read, so the futex wait below cannot miss it.
-        let seq = cb.doorbell.load(Ordering::SeqCst);
-        cb.wake_pending.store(0, Ordering::SeqCst);
+        let seq = bell.load(Ordering::SeqCst);
+        pending.store(0, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if ready() {
             break Ok(());
@@ -299,7 +369,7 @@ pub unsafe fn wait_until<E>(
                 break Err(timeout_err(elapsed));
             }
         }
-        futex_wait(&cb.doorbell, seq, policy.poll);
+        futex_wait(bell, seq, policy.poll);
     };
     cb.waiters.fetch_sub(1, Ordering::SeqCst);
     result
@@ -364,7 +434,7 @@ mod tests {
         assert!(t.join().unwrap().is_ok());
         assert_eq!(cb.wakeups.load(Ordering::SeqCst), 1);
         assert_eq!(cb.watch_all.load(Ordering::SeqCst), 0);
-        assert!(cb.watch.iter().all(|w| w.load(Ordering::SeqCst) == 0));
+        assert!(cb.watch.iter().all(|w| w.key.load(Ordering::SeqCst) == 0));
     }
 
     #[test]
@@ -400,10 +470,37 @@ mod tests {
         // A waiter with no span is woken by any write.
         assert!(Span::ALL.pack().is_none());
         assert!(Span::bytes(1 << 40, 8).pack().is_none());
+        assert!(Span::bytes(0, 1 << 20).pack().is_none());
         assert!(Span::bytes(64, 0).pack().is_none());
         assert!(!Span::bytes(64, 0).hits(Span::bytes(0, 128).pack().unwrap()));
         assert!(Span::bytes(7, 2).hits(Span::bytes(8, 1).pack().unwrap()));
         assert!(!Span::bytes(16, 8).hits(Span::bytes(8, 8).pack().unwrap()));
+    }
+
+    #[test]
+    fn waiters_on_one_word_share_a_slot() {
+        let cb = Arc::new(ControlBlock::new());
+        let flag = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..WATCH_SLOTS + 4)
+            .map(|_| sleeper(&cb, &flag, 4096, 1))
+            .collect();
+        let used = cb
+            .watch
+            .iter()
+            .filter(|w| w.key.load(Ordering::SeqCst) != 0)
+            .count();
+        assert_eq!(used, 1);
+        assert_eq!(cb.watch_all.load(Ordering::SeqCst), 0);
+        // SAFETY: live control block.
+        unsafe { ring(&*cb, &[Span::bytes(4104, 8)]) };
+        assert_eq!(cb.wakeups.load(Ordering::SeqCst), 0);
+        flag.store(1, Ordering::SeqCst);
+        // SAFETY: as above.
+        unsafe { ring(&*cb, &[Span::bytes(4096, 8)]) };
+        for t in threads {
+            assert!(t.join().unwrap().is_ok());
+        }
+        assert!(cb.watch.iter().all(|w| w.key.load(Ordering::SeqCst) == 0));
     }
 
     #[test]

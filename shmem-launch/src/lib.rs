@@ -278,11 +278,10 @@ fn signal_group(child: &Child, sig: i32) {
     }
 }
 
-/// The cores this process may run on, one per PE, when there are at least
-/// as many as PEs; empty otherwise (no binding).
-fn cpu_binding(n: usize) -> Vec<usize> {
+/// The CPUs this process may run on.
+fn allowed_cpu_list() -> Vec<usize> {
     // SAFETY: sched_getaffinity fills the zeroed set we own.
-    let allowed: Vec<usize> = unsafe {
+    unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return Vec::new();
@@ -290,7 +289,17 @@ fn cpu_binding(n: usize) -> Vec<usize> {
         (0..libc::CPU_SETSIZE as usize)
             .filter(|&c| libc::CPU_ISSET(c, &set))
             .collect()
-    };
+    }
+}
+
+fn allowed_cpus() -> usize {
+    allowed_cpu_list().len().max(1)
+}
+
+/// The cores this process may run on, one per PE, when there are at least
+/// as many as PEs; empty otherwise (no binding).
+fn cpu_binding(n: usize) -> Vec<usize> {
+    let allowed = allowed_cpu_list();
     if allowed.len() < n {
         return Vec::new();
     }
@@ -414,6 +423,11 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
         }
         if opts.tag_output {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        if !bind.is_empty() {
+            // Bound to one core, a PE sees one CPU: tell it how many the
+            // node's PEs share, so that its waits spin rather than yield.
+            cmd.env("SHMEM_NODE_CORES", allowed_cpus().to_string());
         }
         let cpu = bind.get(pe).copied();
         // SAFETY: only async-signal-safe calls (plain system calls) between

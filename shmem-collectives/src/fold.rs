@@ -1,0 +1,195 @@
+//! Small collectives folded into the opening handshake.
+//!
+//! A small broadcast, reduction or gather needs one synchronisation, not
+//! two: the handshake that checks every PE's arguments can carry each PE's
+//! contribution, and its release can carry the result. The signal words,
+//! tags and fingerprints are the handshake's own, so a PE that folds and one
+//! that does not (different arguments, or another collective) still meet
+//! on the same words and both report the mismatch.
+//!
+//! With the linear handshake (PEs outnumber cores) every member puts its
+//! contribution into its slot of team PE 0's fold area with its arrival
+//! signal; PE 0 computes the result into its own fold area and releases.
+//! When every PE maps every heap, members read the result from PE 0's
+//! memory (one release word, one wake-up); otherwise PE 0 puts it to each
+//! member with its release signal. Where PEs must be scheduled in turn, one
+//! gather and release instead of a handshake plus log2(n) data rounds is
+//! what makes a small allreduce cost about one barrier.
+//!
+//! With cores to spare (dissemination handshake) calls are not folded: two
+//! trips that overlap from one call to the next measured faster than one
+//! exchange carrying data both ways.
+//!
+//! Reuse of the fold areas is safe without extra trips: a member arrives at
+//! call `s` only after it saw call `s - 1` released, which PE 0 does only
+//! after reading every contribution of `s - 1`; PE 0 rewrites its result
+//! only at the release of a later call, which needs every member to have
+//! arrived there, i.e. to have read this result. The gathered
+//! contributions and the result live in separate halves, so calls of
+//! different sizes never overlap.
+
+use shmem_core::{as_bytes_mut, Element, PeId, Result, SignalOp, SymSlice};
+
+use crate::algorithm::BarrierAlgorithm;
+use crate::collectives::{Call, BAD_ARGS, MISMATCH};
+
+/// Bytes of fold area per team slot: two fixed halves (gathered
+/// contributions, result), so that calls of different sizes never overlap.
+pub(crate) const FOLD_BYTES: usize = 4096;
+const HALF: usize = FOLD_BYTES / 2;
+
+/// Computes the result (`out`) from every member's contribution, in team
+/// order.
+pub(crate) type Finish<'f> = &'f dyn Fn(&[&[u8]], &mut [u8]) -> Result<()>;
+
+/// What [`Call::fold_plan`] decided for a call: its data rides on the
+/// linear handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FoldPlan {
+    /// Gather to team PE 0, release with the result.
+    Linear,
+}
+
+impl Call<'_> {
+    /// Whether a call whose contributions are `each` bytes and whose result
+    /// is `result` bytes can be folded; the same on every PE that passed the
+    /// same arguments (team size, sizes and configuration only).
+    pub(crate) fn fold_plan(
+        coll: &crate::Collectives,
+        n: usize,
+        each: usize,
+        result: usize,
+    ) -> Option<FoldPlan> {
+        if n < 2 {
+            return None;
+        }
+        match coll.algorithms.barrier_for(coll.oversubscribed) {
+            BarrierAlgorithm::Linear => {
+                (each.checked_mul(n)? <= HALF && result <= HALF).then_some(FoldPlan::Linear)
+            }
+            // Measured: with cores to spare, two trips that overlap across
+            // calls beat one exchange that carries the data both ways.
+            BarrierAlgorithm::Dissemination => None,
+        }
+    }
+
+    /// This team slot's fold area on any PE (heap offset range).
+    fn fold_area(&self) -> SymSlice<u8> {
+        let off = self.coll.fold.offset() + self.team.inner.slot * FOLD_BYTES;
+        SymSlice::from_raw_parts(off, FOLD_BYTES, self.coll.fold.instance())
+    }
+
+    /// The handshake of a folded call: sends `mine`, returns the agreed
+    /// fingerprint state and, unless it is a mismatch, the result.
+    pub(crate) fn fold_handshake(
+        &mut self,
+        plan: FoldPlan,
+        value: u32,
+        mine: &[u8],
+        result_len: usize,
+        finish: Finish<'_>,
+    ) -> Result<(u32, Vec<u8>)> {
+        self.state.seq += 1;
+        let tag = (self.state.seq & 0xFFFF_FFFF) << 32;
+        match plan {
+            FoldPlan::Linear => self.fold_linear(tag, value, mine, result_len, finish),
+        }
+    }
+
+    fn fold_linear(
+        &mut self,
+        tag: u64,
+        value: u32,
+        mine: &[u8],
+        result_len: usize,
+        finish: Finish<'_>,
+    ) -> Result<(u32, Vec<u8>)> {
+        let (me, n, b) = (self.me, self.n, mine.len());
+        let area = self.fold_area();
+        let result = area.slice(HALF..HALF + result_len)?;
+        let release = self.word(self.coll.layout.release());
+        if me != 0 {
+            let w = self.word(self.coll.layout.linear(me));
+            self.rt.put_signal(
+                area.slice(me * b..(me + 1) * b)?,
+                mine,
+                w,
+                tag | value as u64,
+                SignalOp::Set,
+                self.pe(0),
+            )?;
+            let root = self.pe(0);
+            let state = if self.coll.shared_release {
+                self.wait_tagged_on(root, release, tag)?
+            } else {
+                self.wait_tagged(release, tag)?
+            };
+            if state == MISMATCH || state == BAD_ARGS {
+                return Ok((state, Vec::new()));
+            }
+            let out = if self.coll.shared_release {
+                read_peer(self, root, result.offset(), result_len)?
+            } else {
+                self.rt.read_local(result)?
+            };
+            return Ok((state, out));
+        }
+        let mut state = self.gather_arrivals(tag, value)?;
+        let mut out = vec![0u8; result_len];
+        let mut failed = None;
+        if state != MISMATCH && state != BAD_ARGS {
+            // SAFETY: members wrote their slots before their arrival signals,
+            // which `gather_arrivals` has seen; nobody writes them until
+            // this call is released.
+            let others = unsafe { self.rt.local_slice(area.slice(..n * b)?)? };
+            let parts: Vec<&[u8]> = (0..n)
+                .map(|j| {
+                    if j == 0 {
+                        mine
+                    } else {
+                        &others[j * b..(j + 1) * b]
+                    }
+                })
+                .collect();
+            if let Err(e) = finish(&parts, &mut out) {
+                // Release the members anyway (they see "invalid
+                // arguments"), then report it here.
+                state = BAD_ARGS;
+                failed = Some(e);
+            }
+        }
+        let signal = tag | state as u64;
+        if self.coll.shared_release {
+            self.rt.write_local(result, &out)?;
+            self.rt
+                .signal_op(release, signal, SignalOp::Set, self.pe(0))?;
+        } else {
+            for j in 1..n {
+                self.rt
+                    .put_signal(result, &out, release, signal, SignalOp::Set, self.pe(j))?;
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((state, out)),
+        }
+    }
+}
+
+/// `len` bytes at heap `offset` of world PE `pe` (read after its release
+/// word was seen with Acquire, so the result written before it is there).
+fn read_peer(call: &Call<'_>, pe: PeId, offset: usize, len: usize) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; len];
+    call.rt.get_bytes(pe, offset, &mut out)?;
+    Ok(out)
+}
+
+/// Elements from bytes: `template` gives the length (and valid values to
+/// overwrite); `bytes` must hold exactly that many elements.
+pub(crate) fn elems_from<T: Element>(bytes: &[u8], template: &[T]) -> Vec<T> {
+    let mut v = template.to_vec();
+    let dst = as_bytes_mut(&mut v);
+    let n = dst.len().min(bytes.len());
+    dst[..n].copy_from_slice(&bytes[..n]);
+    v
+}
