@@ -673,4 +673,113 @@ void shmem_generic_unsupported_type(void);
 }
 #endif
 
+/* ----- C++17 generic interfaces ------------------------------------------- */
+#if defined(__cplusplus) && __cplusplus >= 201703L
+#include <type_traits>
+
+/*
+ * The same generic names for C++, from the same type lists: a template
+ * picks the typed function with an `if constexpr` chain over the list (the
+ * first match wins, so aliases such as int32_t and int may both appear); a
+ * type outside the list fails a static_assert naming the routine.
+ */
+template <class T> struct shmem_cxx_false_ : std::false_type {};
+#define SHMEM_CXX_IS_(T_, N, OP) \
+    if constexpr (std::is_same<U, T_>::value) return &shmem_##N##_##OP; else
+#define SHMEM_CXX_IS_CTX_(T_, N, OP) \
+    if constexpr (std::is_same<U, T_>::value) return &shmem_ctx_##N##_##OP; else
+#define SHMEM_CXX_PICK_(IS, TYPES, OP)                                                  \
+    using U = typename std::remove_cv<T>::type;                                         \
+    TYPES(IS, OP) {                                                                     \
+        static_assert(shmem_cxx_false_<T>::value,                                       \
+                      "shmem_" #OP ": not defined for this type (OpenSHMEM 1.5)");      \
+        return 0;                                                                       \
+    }
+/* Generic with and without a context, selected by the first pointer. */
+#define SHMEM_CXX_GEN_(TYPES, OP)                                                       \
+    template <class T> inline auto shmem_cxx_##OP##_() { SHMEM_CXX_PICK_(SHMEM_CXX_IS_, TYPES, OP) } \
+    template <class T> inline auto shmem_cxx_ctx_##OP##_() {                            \
+        SHMEM_CXX_PICK_(SHMEM_CXX_IS_CTX_, TYPES, OP)                                   \
+    }                                                                                   \
+    template <class T, class... A> inline decltype(auto) shmem_##OP(T *p, A... a) {     \
+        return shmem_cxx_##OP##_<T>()(p, a...);                                         \
+    }                                                                                   \
+    template <class T, class... A>                                                      \
+    inline decltype(auto) shmem_##OP(shmem_ctx_t ctx, T *p, A... a) {                   \
+        return shmem_cxx_ctx_##OP##_<T>()(ctx, p, a...);                                \
+    }
+/* Generic without a context (point-to-point synchronisation). */
+#define SHMEM_CXX_GEN_PLAIN_(TYPES, OP)                                                 \
+    template <class T> inline auto shmem_cxx_##OP##_() { SHMEM_CXX_PICK_(SHMEM_CXX_IS_, TYPES, OP) } \
+    template <class T, class... A> inline decltype(auto) shmem_##OP(T *p, A... a) {     \
+        return shmem_cxx_##OP##_<T>()(p, a...);                                         \
+    }
+/* Team collectives: the destination (second argument) selects. */
+#define SHMEM_CXX_GEN_TEAM_(TYPES, OP)                                                  \
+    template <class T> inline auto shmem_cxx_##OP##_() { SHMEM_CXX_PICK_(SHMEM_CXX_IS_, TYPES, OP) } \
+    template <class T, class... A>                                                      \
+    inline decltype(auto) shmem_##OP(shmem_team_t team, T *dest, A... a) {              \
+        return shmem_cxx_##OP##_<T>()(team, dest, a...);                                \
+    }
+
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, put)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, get)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, put_nbi)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, get_nbi)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, iput)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, iget)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, p)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, g)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, put_signal)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, put_signal_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_fetch)
+SHMEM_CXX_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_set)
+SHMEM_CXX_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_swap)
+SHMEM_CXX_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_fetch_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_swap_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_compare_swap)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_fetch_inc)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_inc)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_fetch_add)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_add)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_compare_swap_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_fetch_inc_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_fetch_add_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_and)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_and)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_or)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_or)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_xor)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_xor)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_and_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_or_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_xor_nbi)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until_all)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until_any)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until_some)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until_all_vector)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until_any_vector)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until_some_vector)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test_all)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test_any)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test_some)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test_all_vector)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test_any_vector)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test_some_vector)
+SHMEM_CXX_GEN_TEAM_(SHMEM_RMA_TYPES_, broadcast)
+SHMEM_CXX_GEN_TEAM_(SHMEM_RMA_TYPES_, collect)
+SHMEM_CXX_GEN_TEAM_(SHMEM_RMA_TYPES_, fcollect)
+SHMEM_CXX_GEN_TEAM_(SHMEM_RMA_TYPES_, alltoall)
+SHMEM_CXX_GEN_TEAM_(SHMEM_RMA_TYPES_, alltoalls)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_BITWISE_TYPES_, and_reduce)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_BITWISE_TYPES_, or_reduce)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_BITWISE_TYPES_, xor_reduce)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_MINMAX_TYPES_, min_reduce)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_MINMAX_TYPES_, max_reduce)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_ARITH_TYPES_, sum_reduce)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_ARITH_TYPES_, prod_reduce)
+#endif /* C++17 */
+
 #endif /* SHMEM_H */

@@ -109,6 +109,32 @@ fn programs() -> &'static PathBuf {
                 ));
             }
         }
+        // The generics test again as C++17, through the C++ generic names.
+        let src = crate_dir().join("tests/c/generics.c");
+        let o = Command::new(&oshcc)
+            .env("SHMEM_LIBDIR", &lib)
+            .env("OSHCC_CC", "g++")
+            .args([
+                "-std=c++17",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-O1",
+                "-x",
+                "c++",
+                "-o",
+            ])
+            .arg(out.join("generics_cxx"))
+            .arg(&src)
+            .output()
+            .map_err(|e| format!("running {}: {e}", oshcc.display()))?;
+        if !o.status.success() {
+            return Err(format!(
+                "oshcc (g++) {}: {}",
+                src.display(),
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
         Ok(out)
     });
     match built {
@@ -187,6 +213,11 @@ fn generic_bitwise_atomics_and_reductions() {
 }
 
 #[test]
+fn generic_bitwise_atomics_and_reductions_from_cxx() {
+    passes("generics_cxx");
+}
+
+#[test]
 fn ctx_invalid_quiet_fence_destroy_are_no_ops() {
     passes("ctx_invalid");
 }
@@ -237,7 +268,6 @@ fn compile(compiler: &str, flags: &[&str], name: &str, out: &str) -> Result<(), 
 fn every_generic_for_every_spec_type_compiles_without_warnings() {
     programs(); // the library, the libshmem.so link and the output folder
     let c = ["-std=c11", "-Wall", "-Wextra", "-pedantic", "-Werror"];
-    compile("gcc", &c, "every_generic.c", "every_generic_c").unwrap_or_else(|e| panic!("gcc: {e}"));
     let cxx = [
         "-std=c++17",
         "-Wall",
@@ -247,17 +277,41 @@ fn every_generic_for_every_spec_type_compiles_without_warnings() {
         "-x",
         "c++",
     ];
-    compile("g++", &cxx, "every_generic.c", "every_generic_cxx")
-        .unwrap_or_else(|e| panic!("g++: {e}"));
+    for (compiler, flags, out) in [("gcc", &c[..], "every_c"), ("g++", &cxx[..], "every_cxx")] {
+        compile(compiler, flags, "every_generic.c", out)
+            .unwrap_or_else(|e| panic!("{compiler} (generic names): {e}"));
+        let typed: Vec<&str> = flags
+            .iter()
+            .copied()
+            .chain(["-DEVERY_TYPED_NAME"])
+            .collect();
+        compile(compiler, &typed, "every_generic.c", &format!("{out}_typed"))
+            .unwrap_or_else(|e| panic!("{compiler} (typed names): {e}"));
+    }
 }
 
 #[test]
 fn a_generic_call_on_a_type_outside_its_list_does_not_compile() {
     programs();
     let c = ["-std=c11", "-Wall", "-Wextra", "-pedantic", "-Werror"];
-    let err = compile("gcc", &c, "unsupported_generic.c", "unsupported_generic")
-        .expect_err("a bitwise atomic on a double must not compile");
+    let err = compile("gcc", &c, "unsupported_generic.c", "unsupported_c")
+        .expect_err("a bitwise atomic on a double must not compile as C");
     assert!(err.contains("shmem_generic_unsupported_type"), "{err}");
+    let cxx = [
+        "-std=c++17",
+        "-Wall",
+        "-Wextra",
+        "-pedantic",
+        "-Werror",
+        "-x",
+        "c++",
+    ];
+    let err = compile("g++", &cxx, "unsupported_generic.c", "unsupported_cxx")
+        .expect_err("a bitwise atomic on a double must not compile as C++");
+    assert!(
+        err.contains("shmem_atomic_and: not defined for this type"),
+        "{err}"
+    );
 }
 
 #[test]

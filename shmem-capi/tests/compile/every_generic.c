@@ -2,9 +2,10 @@
  * Instantiates every OpenSHMEM 1.5 type-generic interface for every type
  * the specification lists for it (the lists below are written from the
  * spec's tables, independently of shmem.h's own lists). Compiled and linked
- * by tests/c_api.rs as C11 (gcc -std=c11 -Wall -Wextra -pedantic -Werror),
- * where the generic names are used, and as C++17 (g++ -Werror), where the
- * typed names are. It is never run: linking proves every name exists.
+ * by tests/c_api.rs as C11 (gcc -std=c11 -Wall -Wextra -pedantic -Werror)
+ * and as C++17 (g++ -std=c++17, same warnings), with the generic names and,
+ * with EVERY_TYPED_NAME defined, with the typed names. It is never run:
+ * linking proves every name exists.
  */
 #include <shmem.h>
 #include <stddef.h>
@@ -13,12 +14,15 @@
 #ifdef __cplusplus
 #define CPLXF std::complex<float>
 #define CPLXD std::complex<double>
-/* C++ has no generics: the typed name of each call. */
-#define G(op, N) shmem_##N##_##op
-#define GC(op, N) shmem_ctx_##N##_##op
 #else
 #define CPLXF float _Complex
 #define CPLXD double _Complex
+#endif
+#ifdef EVERY_TYPED_NAME
+/* the typed name of each call (compiled this way as C++ too) */
+#define G(op, N) shmem_##N##_##op
+#define GC(op, N) shmem_ctx_##N##_##op
+#else
 #define G(op, N) shmem_##op
 #define GC(op, N) shmem_##op
 #endif

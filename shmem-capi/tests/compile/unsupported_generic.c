@@ -1,5 +1,6 @@
-/* Must not compile: the bitwise atomics have no double form, and the
-   generic selection names shmem_generic_unsupported_type in its error. */
+/* Must not compile, as C11 or C++17: the bitwise atomics have no double
+   form; the error names shmem_generic_unsupported_type (C) or the routine
+   in a static_assert (C++). */
 #include <shmem.h>
 
 static double x;
