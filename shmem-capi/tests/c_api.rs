@@ -382,6 +382,23 @@ fn collective_into_a_too_small_buffer_is_refused() {
 }
 
 #[test]
+fn collective_on_an_active_set_without_the_caller_is_reported() {
+    let (r, err) = failing("not_in_set");
+    exited_cleanly(&r);
+    assert_eq!(r.exit_code(), 1);
+    assert!(
+        err.contains("shmem_barrier")
+            && err.contains("PE 0 called a collective on a set it is not in"),
+        "{err}"
+    );
+    assert_eq!(
+        err.lines().filter(|l| l.contains("shmem_barrier:")).count(),
+        1,
+        "{err}"
+    );
+}
+
+#[test]
 fn global_exit_status_reaches_the_launcher() {
     let (r, _) = failing("global_exit");
     exited_cleanly(&r);
