@@ -300,12 +300,15 @@ impl<'a> SetCall<'a> {
             .checked_mul(self.n())
             .ok_or_else(|| Error::invalid("nelems", "too large"))?;
         if count > 0 {
-            let span = (count - 1)
-                .checked_mul(dst.max(1))
-                .and_then(|x| x.checked_add(1))
-                .and_then(|x| x.checked_mul(elem))
-                .ok_or_else(|| Error::invalid("dst", "the strided destination overflows"))?;
-            self.check_dest(dest, span)?;
+            let span = |stride: usize, what: &'static str| {
+                (count - 1)
+                    .checked_mul(stride.max(1))
+                    .and_then(|x| x.checked_add(1))
+                    .and_then(|x| x.checked_mul(elem))
+                    .ok_or_else(|| Error::invalid(what, "the strided extent overflows"))
+            };
+            self.check_dest(dest, span(dst, "dst")?)?;
+            span(sst, "sst")?;
         }
         self.st.rt.quiet()?;
         self.sync()?;
@@ -334,10 +337,8 @@ impl<'a> SetCall<'a> {
         self.sync()?;
         let mut all: Vec<Vec<T>> = Vec::with_capacity(self.n());
         for j in 0..self.n() {
-            let mut v: Vec<T> = Vec::with_capacity(n);
+            let mut v = vec![T::identity(op); n];
             self.get(v.as_mut_ptr().cast(), src.cast(), len, j)?;
-            // SAFETY: the get filled all `n` elements (plain data).
-            unsafe { v.set_len(n) };
             all.push(v);
         }
         // Every member has read every source: dest (maybe src) is free.
