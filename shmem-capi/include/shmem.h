@@ -3,8 +3,12 @@
  *
  * Typed families are declared once through X-macros over the type tables
  * below (SHMEM_RMA_TYPES, SHMEM_AMO_*_TYPES, SHMEM_WAIT_TYPES,
- * SHMEM_REDUCE_*_TYPES); the library generates the same names with Rust
- * macros. Our extensions live in shmemx.h.
+ * SHMEM_REDUCE_*_TYPES, SHMEM_TOALL_*_TYPES); the C11 generic selections
+ * and the C++17 generic templates at the end expand the same tables, so a
+ * type's function and its generic case cannot drift apart. The library
+ * generates the same names with Rust macros (a test links a program that
+ * calls every generic and typed name for every type the spec lists). Our
+ * extensions live in shmemx.h.
  *
  * Symmetric objects are the symmetric heap (shmem_malloc and friends) and
  * the program's global and static variables. Errors the standard leaves
