@@ -3,8 +3,12 @@
  *
  * Typed families are declared once through X-macros over the type tables
  * below (SHMEM_RMA_TYPES, SHMEM_AMO_*_TYPES, SHMEM_WAIT_TYPES,
- * SHMEM_REDUCE_*_TYPES); the library generates the same names with Rust
- * macros. Our extensions live in shmemx.h.
+ * SHMEM_REDUCE_*_TYPES, SHMEM_TOALL_*_TYPES); the C11 generic selections
+ * and the C++17 generic templates at the end expand the same tables, so a
+ * type's function and its generic case cannot drift apart. The library
+ * generates the same names with Rust macros (a test links a program that
+ * calls every generic and typed name for every type the spec lists). Our
+ * extensions live in shmemx.h.
  *
  * Symmetric objects are the symmetric heap (shmem_malloc and friends) and
  * the program's global and static variables. Errors the standard leaves
@@ -18,6 +22,7 @@
 #include <stdint.h>
 
 #ifdef __cplusplus
+#include <complex>
 extern "C" {
 #endif
 
@@ -56,7 +61,7 @@ extern "C" {
 #define SHMEM_SIGNAL_SET 0
 #define SHMEM_SIGNAL_ADD 1
 
-/* ----- deprecated collective work arrays (contents are not used) -------- */
+/* ----- deprecated collective work arrays --------------------------------- */
 #define SHMEM_SYNC_VALUE 0L
 #define SHMEM_SYNC_SIZE 64
 #define SHMEM_BCAST_SYNC_SIZE SHMEM_SYNC_SIZE
@@ -153,69 +158,107 @@ void shmem_ctx_destroy(shmem_ctx_t ctx);
 int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team);
 
 /* ----- type tables ------------------------------------------------------- */
-/* X(C type, TYPENAME) */
-#define SHMEM_RMA_TYPES(X)                                                      \
-    X(float, float) X(double, double) X(long double, longdouble) X(char, char)  \
-    X(signed char, schar) X(short, short) X(int, int) X(long, long)             \
-    X(long long, longlong) X(unsigned char, uchar) X(unsigned short, ushort)    \
-    X(unsigned int, uint) X(unsigned long, ulong)                               \
-    X(unsigned long long, ulonglong) X(int8_t, int8) X(int16_t, int16)          \
-    X(int32_t, int32) X(int64_t, int64) X(uint8_t, uint8) X(uint16_t, uint16)   \
-    X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size)                     \
-    X(ptrdiff_t, ptrdiff)
+/*
+ * One list per family, X(C type, TYPENAME, extra...): the typed
+ * declarations below and the C11 generic selections at the end both expand
+ * these lists, so a type added here gets its function and its generic case
+ * together. SHMEM_<LIST>(X) is the two-argument form, X(C type, TYPENAME).
+ */
+#ifdef __cplusplus
+#define SHMEM_COMPLEXF_T std::complex<float>
+#define SHMEM_COMPLEXD_T std::complex<double>
+#else
+#define SHMEM_COMPLEXF_T float _Complex
+#define SHMEM_COMPLEXD_T double _Complex
+#endif
+#define SHMEM_APPLY2_(T, N, X) X(T, N)
 
 /* RMA types whose values the library passes by value (all but long double) */
-#define SHMEM_RMA_VALUE_TYPES(X)                                                \
-    X(float, float) X(double, double) X(char, char)                             \
-    X(signed char, schar) X(short, short) X(int, int) X(long, long)             \
-    X(long long, longlong) X(unsigned char, uchar) X(unsigned short, ushort)    \
-    X(unsigned int, uint) X(unsigned long, ulong)                               \
-    X(unsigned long long, ulonglong) X(int8_t, int8) X(int16_t, int16)          \
-    X(int32_t, int32) X(int64_t, int64) X(uint8_t, uint8) X(uint16_t, uint16)   \
-    X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size)                     \
-    X(ptrdiff_t, ptrdiff)
+#define SHMEM_RMA_VALUE_TYPES_(X, ...)                                                   \
+    X(float, float, __VA_ARGS__) X(double, double, __VA_ARGS__) X(char, char, __VA_ARGS__) \
+    X(signed char, schar, __VA_ARGS__) X(short, short, __VA_ARGS__)                       \
+    X(int, int, __VA_ARGS__) X(long, long, __VA_ARGS__) X(long long, longlong, __VA_ARGS__) \
+    X(unsigned char, uchar, __VA_ARGS__) X(unsigned short, ushort, __VA_ARGS__)           \
+    X(unsigned int, uint, __VA_ARGS__) X(unsigned long, ulong, __VA_ARGS__)               \
+    X(unsigned long long, ulonglong, __VA_ARGS__) X(int8_t, int8, __VA_ARGS__)            \
+    X(int16_t, int16, __VA_ARGS__) X(int32_t, int32, __VA_ARGS__)                         \
+    X(int64_t, int64, __VA_ARGS__) X(uint8_t, uint8, __VA_ARGS__)                         \
+    X(uint16_t, uint16, __VA_ARGS__) X(uint32_t, uint32, __VA_ARGS__)                     \
+    X(uint64_t, uint64, __VA_ARGS__) X(size_t, size, __VA_ARGS__)                         \
+    X(ptrdiff_t, ptrdiff, __VA_ARGS__)
+#define SHMEM_RMA_TYPES_(X, ...) \
+    SHMEM_RMA_VALUE_TYPES_(X, __VA_ARGS__) X(long double, longdouble, __VA_ARGS__)
 
-#define SHMEM_AMO_STANDARD_TYPES(X)                                             \
-    X(int, int) X(long, long) X(long long, longlong) X(unsigned int, uint)      \
-    X(unsigned long, ulong) X(unsigned long long, ulonglong)                    \
-    X(int32_t, int32) X(int64_t, int64) X(uint32_t, uint32)                     \
-    X(uint64_t, uint64) X(size_t, size) X(ptrdiff_t, ptrdiff)
+#define SHMEM_AMO_STANDARD_TYPES_(X, ...)                                                \
+    X(int, int, __VA_ARGS__) X(long, long, __VA_ARGS__) X(long long, longlong, __VA_ARGS__) \
+    X(unsigned int, uint, __VA_ARGS__) X(unsigned long, ulong, __VA_ARGS__)               \
+    X(unsigned long long, ulonglong, __VA_ARGS__) X(int32_t, int32, __VA_ARGS__)          \
+    X(int64_t, int64, __VA_ARGS__) X(uint32_t, uint32, __VA_ARGS__)                       \
+    X(uint64_t, uint64, __VA_ARGS__) X(size_t, size, __VA_ARGS__)                         \
+    X(ptrdiff_t, ptrdiff, __VA_ARGS__)
+#define SHMEM_AMO_EXTENDED_TYPES_(X, ...)                                                \
+    SHMEM_AMO_STANDARD_TYPES_(X, __VA_ARGS__) X(float, float, __VA_ARGS__)                \
+    X(double, double, __VA_ARGS__)
+#define SHMEM_AMO_BITWISE_TYPES_(X, ...)                                                 \
+    X(unsigned int, uint, __VA_ARGS__) X(unsigned long, ulong, __VA_ARGS__)               \
+    X(unsigned long long, ulonglong, __VA_ARGS__) X(int32_t, int32, __VA_ARGS__)          \
+    X(int64_t, int64, __VA_ARGS__) X(uint32_t, uint32, __VA_ARGS__)                       \
+    X(uint64_t, uint64, __VA_ARGS__)
 
-#define SHMEM_AMO_EXTENDED_TYPES(X)                                             \
-    SHMEM_AMO_STANDARD_TYPES(X) X(float, float) X(double, double)
+#define SHMEM_WAIT_TYPES_(X, ...)                                                        \
+    X(short, short, __VA_ARGS__) X(int, int, __VA_ARGS__) X(long, long, __VA_ARGS__)      \
+    X(long long, longlong, __VA_ARGS__) X(unsigned short, ushort, __VA_ARGS__)            \
+    X(unsigned int, uint, __VA_ARGS__) X(unsigned long, ulong, __VA_ARGS__)               \
+    X(unsigned long long, ulonglong, __VA_ARGS__) X(int32_t, int32, __VA_ARGS__)          \
+    X(int64_t, int64, __VA_ARGS__) X(uint32_t, uint32, __VA_ARGS__)                       \
+    X(uint64_t, uint64, __VA_ARGS__) X(size_t, size, __VA_ARGS__)                         \
+    X(ptrdiff_t, ptrdiff, __VA_ARGS__)
 
-#define SHMEM_AMO_BITWISE_TYPES(X)                                              \
-    X(unsigned int, uint) X(unsigned long, ulong)                               \
-    X(unsigned long long, ulonglong) X(int32_t, int32) X(int64_t, int64)        \
-    X(uint32_t, uint32) X(uint64_t, uint64)
+#define SHMEM_REDUCE_BITWISE_TYPES_(X, ...)                                              \
+    X(unsigned char, uchar, __VA_ARGS__) X(unsigned short, ushort, __VA_ARGS__)           \
+    X(unsigned int, uint, __VA_ARGS__) X(unsigned long, ulong, __VA_ARGS__)               \
+    X(unsigned long long, ulonglong, __VA_ARGS__) X(int8_t, int8, __VA_ARGS__)            \
+    X(int16_t, int16, __VA_ARGS__) X(int32_t, int32, __VA_ARGS__)                         \
+    X(int64_t, int64, __VA_ARGS__) X(uint8_t, uint8, __VA_ARGS__)                         \
+    X(uint16_t, uint16, __VA_ARGS__) X(uint32_t, uint32, __VA_ARGS__)                     \
+    X(uint64_t, uint64, __VA_ARGS__) X(size_t, size, __VA_ARGS__)
+#define SHMEM_REDUCE_MINMAX_TYPES_(X, ...)                                               \
+    X(char, char, __VA_ARGS__) X(signed char, schar, __VA_ARGS__)                         \
+    X(short, short, __VA_ARGS__) X(int, int, __VA_ARGS__) X(long, long, __VA_ARGS__)      \
+    X(long long, longlong, __VA_ARGS__) X(ptrdiff_t, ptrdiff, __VA_ARGS__)                \
+    X(unsigned char, uchar, __VA_ARGS__) X(unsigned short, ushort, __VA_ARGS__)           \
+    X(unsigned int, uint, __VA_ARGS__) X(unsigned long, ulong, __VA_ARGS__)               \
+    X(unsigned long long, ulonglong, __VA_ARGS__) X(int8_t, int8, __VA_ARGS__)            \
+    X(int16_t, int16, __VA_ARGS__) X(int32_t, int32, __VA_ARGS__)                         \
+    X(int64_t, int64, __VA_ARGS__) X(uint8_t, uint8, __VA_ARGS__)                         \
+    X(uint16_t, uint16, __VA_ARGS__) X(uint32_t, uint32, __VA_ARGS__)                     \
+    X(uint64_t, uint64, __VA_ARGS__) X(size_t, size, __VA_ARGS__)                         \
+    X(float, float, __VA_ARGS__) X(double, double, __VA_ARGS__)                           \
+    X(long double, longdouble, __VA_ARGS__)
+#define SHMEM_REDUCE_ARITH_TYPES_(X, ...)                                                \
+    SHMEM_REDUCE_MINMAX_TYPES_(X, __VA_ARGS__) X(SHMEM_COMPLEXD_T, complexd, __VA_ARGS__)  \
+    X(SHMEM_COMPLEXF_T, complexf, __VA_ARGS__)
 
-#define SHMEM_WAIT_TYPES(X)                                                     \
-    X(short, short) X(int, int) X(long, long) X(long long, longlong)            \
-    X(unsigned short, ushort) X(unsigned int, uint) X(unsigned long, ulong)     \
-    X(unsigned long long, ulonglong) X(int32_t, int32) X(int64_t, int64)        \
-    X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size)                     \
-    X(ptrdiff_t, ptrdiff)
+/* deprecated *_to_all reductions */
+#define SHMEM_TOALL_BITWISE_TYPES_(X, ...)                                               \
+    X(short, short, __VA_ARGS__) X(int, int, __VA_ARGS__) X(long, long, __VA_ARGS__)      \
+    X(long long, longlong, __VA_ARGS__)
+#define SHMEM_TOALL_MINMAX_TYPES_(X, ...)                                                \
+    SHMEM_TOALL_BITWISE_TYPES_(X, __VA_ARGS__) X(float, float, __VA_ARGS__)               \
+    X(double, double, __VA_ARGS__) X(long double, longdouble, __VA_ARGS__)
+#define SHMEM_TOALL_ARITH_TYPES_(X, ...)                                                 \
+    SHMEM_TOALL_MINMAX_TYPES_(X, __VA_ARGS__) X(SHMEM_COMPLEXD_T, complexd, __VA_ARGS__)   \
+    X(SHMEM_COMPLEXF_T, complexf, __VA_ARGS__)
 
-#define SHMEM_REDUCE_BITWISE_TYPES(X)                                           \
-    X(unsigned char, uchar) X(unsigned short, ushort) X(unsigned int, uint)     \
-    X(unsigned long, ulong) X(unsigned long long, ulonglong) X(int8_t, int8)    \
-    X(int16_t, int16) X(int32_t, int32) X(int64_t, int64) X(uint8_t, uint8)     \
-    X(uint16_t, uint16) X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size)
-
-#define SHMEM_REDUCE_MINMAX_TYPES(X)                                            \
-    X(char, char) X(signed char, schar) X(short, short) X(int, int)             \
-    X(long, long) X(long long, longlong) X(ptrdiff_t, ptrdiff)                  \
-    X(unsigned char, uchar) X(unsigned short, ushort) X(unsigned int, uint)     \
-    X(unsigned long, ulong) X(unsigned long long, ulonglong) X(int8_t, int8)    \
-    X(int16_t, int16) X(int32_t, int32) X(int64_t, int64) X(uint8_t, uint8)     \
-    X(uint16_t, uint16) X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size) \
-    X(float, float) X(double, double)
-
-#define SHMEM_REDUCE_ARITH_TYPES(X) SHMEM_REDUCE_MINMAX_TYPES(X)
-
-/* deprecated *_to_all reductions: X(C type, TYPENAME) */
-#define SHMEM_TOALL_INT_TYPES(X) X(short, short) X(int, int) X(long, long) X(long long, longlong)
-#define SHMEM_TOALL_FLOAT_TYPES(X) X(float, float) X(double, double)
+#define SHMEM_RMA_TYPES(X) SHMEM_RMA_TYPES_(SHMEM_APPLY2_, X)
+#define SHMEM_RMA_VALUE_TYPES(X) SHMEM_RMA_VALUE_TYPES_(SHMEM_APPLY2_, X)
+#define SHMEM_AMO_STANDARD_TYPES(X) SHMEM_AMO_STANDARD_TYPES_(SHMEM_APPLY2_, X)
+#define SHMEM_AMO_EXTENDED_TYPES(X) SHMEM_AMO_EXTENDED_TYPES_(SHMEM_APPLY2_, X)
+#define SHMEM_AMO_BITWISE_TYPES(X) SHMEM_AMO_BITWISE_TYPES_(SHMEM_APPLY2_, X)
+#define SHMEM_WAIT_TYPES(X) SHMEM_WAIT_TYPES_(SHMEM_APPLY2_, X)
+#define SHMEM_REDUCE_BITWISE_TYPES(X) SHMEM_REDUCE_BITWISE_TYPES_(SHMEM_APPLY2_, X)
+#define SHMEM_REDUCE_MINMAX_TYPES(X) SHMEM_REDUCE_MINMAX_TYPES_(SHMEM_APPLY2_, X)
+#define SHMEM_REDUCE_ARITH_TYPES(X) SHMEM_REDUCE_ARITH_TYPES_(SHMEM_APPLY2_, X)
 
 /* ----- RMA --------------------------------------------------------------- */
 #define SHMEM_DECL_RMA(T, N)                                                                     \
@@ -487,7 +530,9 @@ SHMEM_REDUCE_BITWISE_TYPES(SHMEM_DECL_REDUCE_BIT)
 SHMEM_REDUCE_MINMAX_TYPES(SHMEM_DECL_REDUCE_MINMAX)
 SHMEM_REDUCE_ARITH_TYPES(SHMEM_DECL_REDUCE_ARITH)
 
-/* deprecated active-set collectives (pSync and pWrk are accepted, not used) */
+/* deprecated active-set collectives: any active set (PE_start, logPE_stride,
+   PE_size). pSync (SHMEM_*_SYNC_SIZE longs, all SHMEM_SYNC_VALUE) is used
+   and is back at SHMEM_SYNC_VALUE on return; pWrk is not needed. */
 void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync);
 void shmem_broadcast32(void *dest, const void *source, size_t nelems, int PE_root, int PE_start,
                        int logPE_stride, int PE_size, long *pSync);
@@ -512,156 +557,233 @@ void shmem_alltoalls64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t 
 #define SHMEM_DECL_TOALL(T, N, OP)                                                            \
     void shmem_##N##_##OP##_to_all(T *dest, const T *source, int nreduce, int PE_start,       \
                                    int logPE_stride, int PE_size, T *pWrk, long *pSync);
-#define SHMEM_DECL_TOALL_INT(T, N)                                                            \
-    SHMEM_DECL_TOALL(T, N, and) SHMEM_DECL_TOALL(T, N, or) SHMEM_DECL_TOALL(T, N, xor)        \
-    SHMEM_DECL_TOALL(T, N, min) SHMEM_DECL_TOALL(T, N, max) SHMEM_DECL_TOALL(T, N, sum)       \
-    SHMEM_DECL_TOALL(T, N, prod)
-#define SHMEM_DECL_TOALL_FLOAT(T, N)                                                          \
-    SHMEM_DECL_TOALL(T, N, min) SHMEM_DECL_TOALL(T, N, max) SHMEM_DECL_TOALL(T, N, sum)       \
-    SHMEM_DECL_TOALL(T, N, prod)
-SHMEM_TOALL_INT_TYPES(SHMEM_DECL_TOALL_INT)
-SHMEM_TOALL_FLOAT_TYPES(SHMEM_DECL_TOALL_FLOAT)
+#define SHMEM_DECL_TOALL_BIT(T, N, _)                                                         \
+    SHMEM_DECL_TOALL(T, N, and) SHMEM_DECL_TOALL(T, N, or) SHMEM_DECL_TOALL(T, N, xor)
+#define SHMEM_DECL_TOALL_MINMAX(T, N, _) SHMEM_DECL_TOALL(T, N, min) SHMEM_DECL_TOALL(T, N, max)
+#define SHMEM_DECL_TOALL_ARITH(T, N, _) SHMEM_DECL_TOALL(T, N, sum) SHMEM_DECL_TOALL(T, N, prod)
+SHMEM_TOALL_BITWISE_TYPES_(SHMEM_DECL_TOALL_BIT, _)
+SHMEM_TOALL_MINMAX_TYPES_(SHMEM_DECL_TOALL_MINMAX, _)
+SHMEM_TOALL_ARITH_TYPES_(SHMEM_DECL_TOALL_ARITH, _)
+
+/* profiling control: accepted and ignored */
+void shmem_pcontrol(const int level, ...);
 
 /* ----- C11 type-generic interfaces --------------------------------------- */
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__cplusplus)
+
+/*
+ * Each generic is a chain of _Generic selections built from a family's
+ * type list: _Generic(e, T1 *: f1, const T1 *: f1, default: _Generic(e, T2
+ * *: ...)). Nesting lets the list name both a type and its typedef alias
+ * (int32_t and int) without a duplicate-association error: the first match
+ * wins, and aliases name functions of the same meaning. A type no list
+ * holds selects shmem_generic_unsupported_type, whose call fails to compile.
+ */
+void shmem_generic_unsupported_type(void);
 
 #define SHMEM_ARG1_(a, ...) a
 #define SHMEM_ARG2_(a, b, ...) b
 #define SHMEM_ARG1(...) SHMEM_ARG1_(__VA_ARGS__, 0)
 #define SHMEM_ARG2(...) SHMEM_ARG2_(__VA_ARGS__, 0, 0)
 
-#define SHMEM_GARMS_RMA(OP) \
-    float *: shmem_float_##OP, double *: shmem_double_##OP, long double *: shmem_longdouble_##OP, \
-    char *: shmem_char_##OP, signed char *: shmem_schar_##OP, short *: shmem_short_##OP,          \
-    int *: shmem_int_##OP, long *: shmem_long_##OP, long long *: shmem_longlong_##OP,             \
-    unsigned char *: shmem_uchar_##OP, unsigned short *: shmem_ushort_##OP,                       \
-    unsigned int *: shmem_uint_##OP, unsigned long *: shmem_ulong_##OP,                           \
-    unsigned long long *: shmem_ulonglong_##OP
-#define SHMEM_GARMS_RMA_CTX(OP) \
-    float *: shmem_ctx_float_##OP, double *: shmem_ctx_double_##OP,                               \
-    long double *: shmem_ctx_longdouble_##OP, char *: shmem_ctx_char_##OP,                        \
-    signed char *: shmem_ctx_schar_##OP, short *: shmem_ctx_short_##OP,                           \
-    int *: shmem_ctx_int_##OP, long *: shmem_ctx_long_##OP, long long *: shmem_ctx_longlong_##OP, \
-    unsigned char *: shmem_ctx_uchar_##OP, unsigned short *: shmem_ctx_ushort_##OP,               \
-    unsigned int *: shmem_ctx_uint_##OP, unsigned long *: shmem_ctx_ulong_##OP,                   \
-    unsigned long long *: shmem_ctx_ulonglong_##OP
-#define SHMEM_GARMS_AMO(OP) \
-    int *: shmem_int_##OP, long *: shmem_long_##OP, long long *: shmem_longlong_##OP,             \
-    unsigned int *: shmem_uint_##OP, unsigned long *: shmem_ulong_##OP,                           \
-    unsigned long long *: shmem_ulonglong_##OP
-#define SHMEM_GARMS_AMO_CTX(OP) \
-    int *: shmem_ctx_int_##OP, long *: shmem_ctx_long_##OP, long long *: shmem_ctx_longlong_##OP, \
-    unsigned int *: shmem_ctx_uint_##OP, unsigned long *: shmem_ctx_ulong_##OP,                   \
-    unsigned long long *: shmem_ctx_ulonglong_##OP
-#define SHMEM_GARMS_AMO_EXT(OP) \
-    SHMEM_GARMS_AMO(OP), float *: shmem_float_##OP, double *: shmem_double_##OP
-#define SHMEM_GARMS_AMO_EXT_CTX(OP) \
-    SHMEM_GARMS_AMO_CTX(OP), float *: shmem_ctx_float_##OP, double *: shmem_ctx_double_##OP
-#define SHMEM_GARMS_WAIT(OP) \
-    short *: shmem_short_##OP, int *: shmem_int_##OP, long *: shmem_long_##OP,                    \
-    long long *: shmem_longlong_##OP, unsigned short *: shmem_ushort_##OP,                        \
-    unsigned int *: shmem_uint_##OP, unsigned long *: shmem_ulong_##OP,                           \
-    unsigned long long *: shmem_ulonglong_##OP
+#define SHMEM_GSEL_(T, N, OP, E) \
+    _Generic((E), T *: shmem_##N##_##OP, const T *: shmem_##N##_##OP, default:
+#define SHMEM_GSEL_CTX_(T, N, OP, E) \
+    _Generic((E), T *: shmem_ctx_##N##_##OP, const T *: shmem_ctx_##N##_##OP, default:
+#define SHMEM_GEND_(T, N, OP, E) )
+/* The function for pointer expression E in list TYPES (plain or ctx_ form). */
+#define SHMEM_GPICK_(TYPES, OP, E) \
+    TYPES(SHMEM_GSEL_, OP, E) shmem_generic_unsupported_type TYPES(SHMEM_GEND_, OP, E)
+#define SHMEM_GPICK_CTX_(TYPES, OP, E) \
+    TYPES(SHMEM_GSEL_CTX_, OP, E) shmem_generic_unsupported_type TYPES(SHMEM_GEND_, OP, E)
 
-/* Dispatch on the first argument: a context selects the ctx_ form, typed by
-   the second argument; otherwise the first argument's type selects. The
-   inner default only keeps the unselected arm well-formed. */
-#define SHMEM_GEN_RMA_(OP, ...)                                                   \
-    _Generic(SHMEM_ARG1(__VA_ARGS__),                                             \
-        shmem_ctx_t: _Generic(SHMEM_ARG2(__VA_ARGS__), SHMEM_GARMS_RMA_CTX(OP),   \
-                              default: shmem_ctx_int_##OP),                       \
-        SHMEM_GARMS_RMA(OP))(__VA_ARGS__)
-#define SHMEM_GEN_AMO_(OP, ...)                                                   \
-    _Generic(SHMEM_ARG1(__VA_ARGS__),                                             \
-        shmem_ctx_t: _Generic(SHMEM_ARG2(__VA_ARGS__), SHMEM_GARMS_AMO_CTX(OP),   \
-                              default: shmem_ctx_int_##OP),                       \
-        SHMEM_GARMS_AMO(OP))(__VA_ARGS__)
-#define SHMEM_GEN_AMO_EXT_(OP, ...)                                                   \
-    _Generic(SHMEM_ARG1(__VA_ARGS__),                                                 \
-        shmem_ctx_t: _Generic(SHMEM_ARG2(__VA_ARGS__), SHMEM_GARMS_AMO_EXT_CTX(OP),   \
-                              default: shmem_ctx_int_##OP),                           \
-        SHMEM_GARMS_AMO_EXT(OP))(__VA_ARGS__)
-/* nbi AMOs: the fetch pointer comes first (second after a context). */
-#define SHMEM_GEN_AMO_NBI_(OP, ...) SHMEM_GEN_AMO_(OP, __VA_ARGS__)
+/* A context first selects the ctx_ form, typed by the second argument;
+   otherwise the first argument's type selects. */
+#define SHMEM_GEN_(TYPES, OP, ...)                                            \
+    _Generic(SHMEM_ARG1(__VA_ARGS__),                                         \
+        shmem_ctx_t: SHMEM_GPICK_CTX_(TYPES, OP, SHMEM_ARG2(__VA_ARGS__)),    \
+        default: SHMEM_GPICK_(TYPES, OP, SHMEM_ARG1(__VA_ARGS__)))(__VA_ARGS__)
 
-#define shmem_put(...) SHMEM_GEN_RMA_(put, __VA_ARGS__)
-#define shmem_get(...) SHMEM_GEN_RMA_(get, __VA_ARGS__)
-#define shmem_put_nbi(...) SHMEM_GEN_RMA_(put_nbi, __VA_ARGS__)
-#define shmem_get_nbi(...) SHMEM_GEN_RMA_(get_nbi, __VA_ARGS__)
-#define shmem_iput(...) SHMEM_GEN_RMA_(iput, __VA_ARGS__)
-#define shmem_iget(...) SHMEM_GEN_RMA_(iget, __VA_ARGS__)
-#define shmem_p(...) SHMEM_GEN_RMA_(p, __VA_ARGS__)
-#define shmem_g(...) SHMEM_GEN_RMA_(g, __VA_ARGS__)
-#define shmem_put_signal(...) SHMEM_GEN_RMA_(put_signal, __VA_ARGS__)
-#define shmem_put_signal_nbi(...) SHMEM_GEN_RMA_(put_signal_nbi, __VA_ARGS__)
+#define shmem_put(...) SHMEM_GEN_(SHMEM_RMA_TYPES_, put, __VA_ARGS__)
+#define shmem_get(...) SHMEM_GEN_(SHMEM_RMA_TYPES_, get, __VA_ARGS__)
+#define shmem_put_nbi(...) SHMEM_GEN_(SHMEM_RMA_TYPES_, put_nbi, __VA_ARGS__)
+#define shmem_get_nbi(...) SHMEM_GEN_(SHMEM_RMA_TYPES_, get_nbi, __VA_ARGS__)
+#define shmem_iput(...) SHMEM_GEN_(SHMEM_RMA_TYPES_, iput, __VA_ARGS__)
+#define shmem_iget(...) SHMEM_GEN_(SHMEM_RMA_TYPES_, iget, __VA_ARGS__)
+#define shmem_p(...) SHMEM_GEN_(SHMEM_RMA_TYPES_, p, __VA_ARGS__)
+#define shmem_g(...) SHMEM_GEN_(SHMEM_RMA_TYPES_, g, __VA_ARGS__)
+#define shmem_put_signal(...) SHMEM_GEN_(SHMEM_RMA_TYPES_, put_signal, __VA_ARGS__)
+#define shmem_put_signal_nbi(...) SHMEM_GEN_(SHMEM_RMA_TYPES_, put_signal_nbi, __VA_ARGS__)
 
-#define shmem_atomic_fetch(...) SHMEM_GEN_AMO_EXT_(atomic_fetch, __VA_ARGS__)
-#define shmem_atomic_set(...) SHMEM_GEN_AMO_EXT_(atomic_set, __VA_ARGS__)
-#define shmem_atomic_swap(...) SHMEM_GEN_AMO_EXT_(atomic_swap, __VA_ARGS__)
-#define shmem_atomic_compare_swap(...) SHMEM_GEN_AMO_(atomic_compare_swap, __VA_ARGS__)
-#define shmem_atomic_fetch_inc(...) SHMEM_GEN_AMO_(atomic_fetch_inc, __VA_ARGS__)
-#define shmem_atomic_inc(...) SHMEM_GEN_AMO_(atomic_inc, __VA_ARGS__)
-#define shmem_atomic_fetch_add(...) SHMEM_GEN_AMO_(atomic_fetch_add, __VA_ARGS__)
-#define shmem_atomic_add(...) SHMEM_GEN_AMO_(atomic_add, __VA_ARGS__)
-#define shmem_atomic_fetch_and(...) SHMEM_GEN_AMO_(atomic_fetch_and, __VA_ARGS__)
-#define shmem_atomic_and(...) SHMEM_GEN_AMO_(atomic_and, __VA_ARGS__)
-#define shmem_atomic_fetch_or(...) SHMEM_GEN_AMO_(atomic_fetch_or, __VA_ARGS__)
-#define shmem_atomic_or(...) SHMEM_GEN_AMO_(atomic_or, __VA_ARGS__)
-#define shmem_atomic_fetch_xor(...) SHMEM_GEN_AMO_(atomic_fetch_xor, __VA_ARGS__)
-#define shmem_atomic_xor(...) SHMEM_GEN_AMO_(atomic_xor, __VA_ARGS__)
-#define shmem_atomic_fetch_nbi(...) SHMEM_GEN_AMO_EXT_(atomic_fetch_nbi, __VA_ARGS__)
-#define shmem_atomic_swap_nbi(...) SHMEM_GEN_AMO_EXT_(atomic_swap_nbi, __VA_ARGS__)
-#define shmem_atomic_compare_swap_nbi(...) SHMEM_GEN_AMO_NBI_(atomic_compare_swap_nbi, __VA_ARGS__)
-#define shmem_atomic_fetch_inc_nbi(...) SHMEM_GEN_AMO_NBI_(atomic_fetch_inc_nbi, __VA_ARGS__)
-#define shmem_atomic_fetch_add_nbi(...) SHMEM_GEN_AMO_NBI_(atomic_fetch_add_nbi, __VA_ARGS__)
-#define shmem_atomic_fetch_and_nbi(...) SHMEM_GEN_AMO_NBI_(atomic_fetch_and_nbi, __VA_ARGS__)
-#define shmem_atomic_fetch_or_nbi(...) SHMEM_GEN_AMO_NBI_(atomic_fetch_or_nbi, __VA_ARGS__)
-#define shmem_atomic_fetch_xor_nbi(...) SHMEM_GEN_AMO_NBI_(atomic_fetch_xor_nbi, __VA_ARGS__)
+#define shmem_atomic_fetch(...) SHMEM_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_fetch, __VA_ARGS__)
+#define shmem_atomic_set(...) SHMEM_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_set, __VA_ARGS__)
+#define shmem_atomic_swap(...) SHMEM_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_swap, __VA_ARGS__)
+#define shmem_atomic_fetch_nbi(...) SHMEM_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_fetch_nbi, __VA_ARGS__)
+#define shmem_atomic_swap_nbi(...) SHMEM_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_swap_nbi, __VA_ARGS__)
+#define shmem_atomic_compare_swap(...) SHMEM_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_compare_swap, __VA_ARGS__)
+#define shmem_atomic_fetch_inc(...) SHMEM_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_fetch_inc, __VA_ARGS__)
+#define shmem_atomic_inc(...) SHMEM_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_inc, __VA_ARGS__)
+#define shmem_atomic_fetch_add(...) SHMEM_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_fetch_add, __VA_ARGS__)
+#define shmem_atomic_add(...) SHMEM_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_add, __VA_ARGS__)
+#define shmem_atomic_compare_swap_nbi(...) SHMEM_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_compare_swap_nbi, __VA_ARGS__)
+#define shmem_atomic_fetch_inc_nbi(...) SHMEM_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_fetch_inc_nbi, __VA_ARGS__)
+#define shmem_atomic_fetch_add_nbi(...) SHMEM_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_fetch_add_nbi, __VA_ARGS__)
+#define shmem_atomic_fetch_and(...) SHMEM_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_and, __VA_ARGS__)
+#define shmem_atomic_and(...) SHMEM_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_and, __VA_ARGS__)
+#define shmem_atomic_fetch_or(...) SHMEM_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_or, __VA_ARGS__)
+#define shmem_atomic_or(...) SHMEM_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_or, __VA_ARGS__)
+#define shmem_atomic_fetch_xor(...) SHMEM_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_xor, __VA_ARGS__)
+#define shmem_atomic_xor(...) SHMEM_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_xor, __VA_ARGS__)
+#define shmem_atomic_fetch_and_nbi(...) SHMEM_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_and_nbi, __VA_ARGS__)
+#define shmem_atomic_fetch_or_nbi(...) SHMEM_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_or_nbi, __VA_ARGS__)
+#define shmem_atomic_fetch_xor_nbi(...) SHMEM_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_xor_nbi, __VA_ARGS__)
 
-#define shmem_wait_until(ivar, cmp, val) _Generic((ivar), SHMEM_GARMS_WAIT(wait_until))(ivar, cmp, val)
-#define shmem_wait_until_all(ivars, ...) _Generic((ivars), SHMEM_GARMS_WAIT(wait_until_all))(ivars, __VA_ARGS__)
-#define shmem_wait_until_any(ivars, ...) _Generic((ivars), SHMEM_GARMS_WAIT(wait_until_any))(ivars, __VA_ARGS__)
-#define shmem_wait_until_some(ivars, ...) _Generic((ivars), SHMEM_GARMS_WAIT(wait_until_some))(ivars, __VA_ARGS__)
-#define shmem_wait_until_all_vector(ivars, ...) _Generic((ivars), SHMEM_GARMS_WAIT(wait_until_all_vector))(ivars, __VA_ARGS__)
-#define shmem_wait_until_any_vector(ivars, ...) _Generic((ivars), SHMEM_GARMS_WAIT(wait_until_any_vector))(ivars, __VA_ARGS__)
-#define shmem_wait_until_some_vector(ivars, ...) _Generic((ivars), SHMEM_GARMS_WAIT(wait_until_some_vector))(ivars, __VA_ARGS__)
-#define shmem_test(ivar, cmp, val) _Generic((ivar), SHMEM_GARMS_WAIT(test))(ivar, cmp, val)
-#define shmem_test_all(ivars, ...) _Generic((ivars), SHMEM_GARMS_WAIT(test_all))(ivars, __VA_ARGS__)
-#define shmem_test_any(ivars, ...) _Generic((ivars), SHMEM_GARMS_WAIT(test_any))(ivars, __VA_ARGS__)
-#define shmem_test_some(ivars, ...) _Generic((ivars), SHMEM_GARMS_WAIT(test_some))(ivars, __VA_ARGS__)
-#define shmem_test_all_vector(ivars, ...) _Generic((ivars), SHMEM_GARMS_WAIT(test_all_vector))(ivars, __VA_ARGS__)
-#define shmem_test_any_vector(ivars, ...) _Generic((ivars), SHMEM_GARMS_WAIT(test_any_vector))(ivars, __VA_ARGS__)
-#define shmem_test_some_vector(ivars, ...) _Generic((ivars), SHMEM_GARMS_WAIT(test_some_vector))(ivars, __VA_ARGS__)
+/* Point-to-point synchronisation: the variable's type selects. */
+#define SHMEM_GWAIT_(OP, ivars, ...) SHMEM_GPICK_(SHMEM_WAIT_TYPES_, OP, ivars)(ivars, __VA_ARGS__)
+#define shmem_wait_until(ivars, ...) SHMEM_GWAIT_(wait_until, ivars, __VA_ARGS__)
+#define shmem_wait_until_all(ivars, ...) SHMEM_GWAIT_(wait_until_all, ivars, __VA_ARGS__)
+#define shmem_wait_until_any(ivars, ...) SHMEM_GWAIT_(wait_until_any, ivars, __VA_ARGS__)
+#define shmem_wait_until_some(ivars, ...) SHMEM_GWAIT_(wait_until_some, ivars, __VA_ARGS__)
+#define shmem_wait_until_all_vector(ivars, ...) SHMEM_GWAIT_(wait_until_all_vector, ivars, __VA_ARGS__)
+#define shmem_wait_until_any_vector(ivars, ...) SHMEM_GWAIT_(wait_until_any_vector, ivars, __VA_ARGS__)
+#define shmem_wait_until_some_vector(ivars, ...) SHMEM_GWAIT_(wait_until_some_vector, ivars, __VA_ARGS__)
+#define shmem_test(ivars, ...) SHMEM_GWAIT_(test, ivars, __VA_ARGS__)
+#define shmem_test_all(ivars, ...) SHMEM_GWAIT_(test_all, ivars, __VA_ARGS__)
+#define shmem_test_any(ivars, ...) SHMEM_GWAIT_(test_any, ivars, __VA_ARGS__)
+#define shmem_test_some(ivars, ...) SHMEM_GWAIT_(test_some, ivars, __VA_ARGS__)
+#define shmem_test_all_vector(ivars, ...) SHMEM_GWAIT_(test_all_vector, ivars, __VA_ARGS__)
+#define shmem_test_any_vector(ivars, ...) SHMEM_GWAIT_(test_any_vector, ivars, __VA_ARGS__)
+#define shmem_test_some_vector(ivars, ...) SHMEM_GWAIT_(test_some_vector, ivars, __VA_ARGS__)
 
 /* Collectives take the team first; the destination's type selects. */
-#define SHMEM_GARMS_COLL(OP) \
-    float *: shmem_float_##OP, double *: shmem_double_##OP, char *: shmem_char_##OP,              \
-    signed char *: shmem_schar_##OP, short *: shmem_short_##OP, int *: shmem_int_##OP,            \
-    long *: shmem_long_##OP, long long *: shmem_longlong_##OP,                                    \
-    unsigned char *: shmem_uchar_##OP, unsigned short *: shmem_ushort_##OP,                       \
-    unsigned int *: shmem_uint_##OP, unsigned long *: shmem_ulong_##OP,                           \
-    unsigned long long *: shmem_ulonglong_##OP
-#define SHMEM_GARMS_COLL_INT(OP) \
-    unsigned char *: shmem_uchar_##OP, unsigned short *: shmem_ushort_##OP,                       \
-    unsigned int *: shmem_uint_##OP, unsigned long *: shmem_ulong_##OP,                           \
-    unsigned long long *: shmem_ulonglong_##OP
-#define shmem_broadcast(team, dest, ...) _Generic((dest), SHMEM_GARMS_COLL(broadcast))(team, dest, __VA_ARGS__)
-#define shmem_collect(team, dest, ...) _Generic((dest), SHMEM_GARMS_COLL(collect))(team, dest, __VA_ARGS__)
-#define shmem_fcollect(team, dest, ...) _Generic((dest), SHMEM_GARMS_COLL(fcollect))(team, dest, __VA_ARGS__)
-#define shmem_alltoall(team, dest, ...) _Generic((dest), SHMEM_GARMS_COLL(alltoall))(team, dest, __VA_ARGS__)
-#define shmem_alltoalls(team, dest, ...) _Generic((dest), SHMEM_GARMS_COLL(alltoalls))(team, dest, __VA_ARGS__)
-#define shmem_sum_reduce(team, dest, ...) _Generic((dest), SHMEM_GARMS_COLL(sum_reduce))(team, dest, __VA_ARGS__)
-#define shmem_prod_reduce(team, dest, ...) _Generic((dest), SHMEM_GARMS_COLL(prod_reduce))(team, dest, __VA_ARGS__)
-#define shmem_min_reduce(team, dest, ...) _Generic((dest), SHMEM_GARMS_COLL(min_reduce))(team, dest, __VA_ARGS__)
-#define shmem_max_reduce(team, dest, ...) _Generic((dest), SHMEM_GARMS_COLL(max_reduce))(team, dest, __VA_ARGS__)
-#define shmem_and_reduce(team, dest, ...) _Generic((dest), SHMEM_GARMS_COLL_INT(and_reduce))(team, dest, __VA_ARGS__)
-#define shmem_or_reduce(team, dest, ...) _Generic((dest), SHMEM_GARMS_COLL_INT(or_reduce))(team, dest, __VA_ARGS__)
-#define shmem_xor_reduce(team, dest, ...) _Generic((dest), SHMEM_GARMS_COLL_INT(xor_reduce))(team, dest, __VA_ARGS__)
+#define SHMEM_GCOLL_(TYPES, OP, team, dest, ...) \
+    SHMEM_GPICK_(TYPES, OP, dest)(team, dest, __VA_ARGS__)
+#define shmem_broadcast(team, dest, ...) SHMEM_GCOLL_(SHMEM_RMA_TYPES_, broadcast, team, dest, __VA_ARGS__)
+#define shmem_collect(team, dest, ...) SHMEM_GCOLL_(SHMEM_RMA_TYPES_, collect, team, dest, __VA_ARGS__)
+#define shmem_fcollect(team, dest, ...) SHMEM_GCOLL_(SHMEM_RMA_TYPES_, fcollect, team, dest, __VA_ARGS__)
+#define shmem_alltoall(team, dest, ...) SHMEM_GCOLL_(SHMEM_RMA_TYPES_, alltoall, team, dest, __VA_ARGS__)
+#define shmem_alltoalls(team, dest, ...) SHMEM_GCOLL_(SHMEM_RMA_TYPES_, alltoalls, team, dest, __VA_ARGS__)
+#define shmem_and_reduce(team, dest, ...) SHMEM_GCOLL_(SHMEM_REDUCE_BITWISE_TYPES_, and_reduce, team, dest, __VA_ARGS__)
+#define shmem_or_reduce(team, dest, ...) SHMEM_GCOLL_(SHMEM_REDUCE_BITWISE_TYPES_, or_reduce, team, dest, __VA_ARGS__)
+#define shmem_xor_reduce(team, dest, ...) SHMEM_GCOLL_(SHMEM_REDUCE_BITWISE_TYPES_, xor_reduce, team, dest, __VA_ARGS__)
+#define shmem_min_reduce(team, dest, ...) SHMEM_GCOLL_(SHMEM_REDUCE_MINMAX_TYPES_, min_reduce, team, dest, __VA_ARGS__)
+#define shmem_max_reduce(team, dest, ...) SHMEM_GCOLL_(SHMEM_REDUCE_MINMAX_TYPES_, max_reduce, team, dest, __VA_ARGS__)
+#define shmem_sum_reduce(team, dest, ...) SHMEM_GCOLL_(SHMEM_REDUCE_ARITH_TYPES_, sum_reduce, team, dest, __VA_ARGS__)
+#define shmem_prod_reduce(team, dest, ...) SHMEM_GCOLL_(SHMEM_REDUCE_ARITH_TYPES_, prod_reduce, team, dest, __VA_ARGS__)
 
 #endif /* C11 */
 
 #ifdef __cplusplus
 }
 #endif
+
+/* ----- C++17 generic interfaces ------------------------------------------- */
+#if defined(__cplusplus) && __cplusplus >= 201703L
+#include <type_traits>
+
+/*
+ * The same generic names for C++, from the same type lists: a template
+ * picks the typed function with an `if constexpr` chain over the list (the
+ * first match wins, so aliases such as int32_t and int may both appear); a
+ * type outside the list fails a static_assert naming the routine.
+ */
+template <class T> struct shmem_cxx_false_ : std::false_type {};
+#define SHMEM_CXX_IS_(T_, N, OP) \
+    if constexpr (std::is_same<U, T_>::value) return &shmem_##N##_##OP; else
+#define SHMEM_CXX_IS_CTX_(T_, N, OP) \
+    if constexpr (std::is_same<U, T_>::value) return &shmem_ctx_##N##_##OP; else
+#define SHMEM_CXX_PICK_(IS, TYPES, OP)                                                  \
+    using U = typename std::remove_cv<T>::type;                                         \
+    TYPES(IS, OP) {                                                                     \
+        static_assert(shmem_cxx_false_<T>::value,                                       \
+                      "shmem_" #OP ": not defined for this type (OpenSHMEM 1.5)");      \
+        return 0;                                                                       \
+    }
+/* Generic with and without a context, selected by the first pointer. */
+#define SHMEM_CXX_GEN_(TYPES, OP)                                                       \
+    template <class T> inline auto shmem_cxx_##OP##_() { SHMEM_CXX_PICK_(SHMEM_CXX_IS_, TYPES, OP) } \
+    template <class T> inline auto shmem_cxx_ctx_##OP##_() {                            \
+        SHMEM_CXX_PICK_(SHMEM_CXX_IS_CTX_, TYPES, OP)                                   \
+    }                                                                                   \
+    template <class T, class... A> inline decltype(auto) shmem_##OP(T *p, A... a) {     \
+        return shmem_cxx_##OP##_<T>()(p, a...);                                         \
+    }                                                                                   \
+    template <class T, class... A>                                                      \
+    inline decltype(auto) shmem_##OP(shmem_ctx_t ctx, T *p, A... a) {                   \
+        return shmem_cxx_ctx_##OP##_<T>()(ctx, p, a...);                                \
+    }
+/* Generic without a context (point-to-point synchronisation). */
+#define SHMEM_CXX_GEN_PLAIN_(TYPES, OP)                                                 \
+    template <class T> inline auto shmem_cxx_##OP##_() { SHMEM_CXX_PICK_(SHMEM_CXX_IS_, TYPES, OP) } \
+    template <class T, class... A> inline decltype(auto) shmem_##OP(T *p, A... a) {     \
+        return shmem_cxx_##OP##_<T>()(p, a...);                                         \
+    }
+/* Team collectives: the destination (second argument) selects. */
+#define SHMEM_CXX_GEN_TEAM_(TYPES, OP)                                                  \
+    template <class T> inline auto shmem_cxx_##OP##_() { SHMEM_CXX_PICK_(SHMEM_CXX_IS_, TYPES, OP) } \
+    template <class T, class... A>                                                      \
+    inline decltype(auto) shmem_##OP(shmem_team_t team, T *dest, A... a) {              \
+        return shmem_cxx_##OP##_<T>()(team, dest, a...);                                \
+    }
+
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, put)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, get)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, put_nbi)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, get_nbi)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, iput)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, iget)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, p)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, g)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, put_signal)
+SHMEM_CXX_GEN_(SHMEM_RMA_TYPES_, put_signal_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_fetch)
+SHMEM_CXX_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_set)
+SHMEM_CXX_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_swap)
+SHMEM_CXX_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_fetch_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_EXTENDED_TYPES_, atomic_swap_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_compare_swap)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_fetch_inc)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_inc)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_fetch_add)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_add)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_compare_swap_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_fetch_inc_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_STANDARD_TYPES_, atomic_fetch_add_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_and)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_and)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_or)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_or)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_xor)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_xor)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_and_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_or_nbi)
+SHMEM_CXX_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_xor_nbi)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until_all)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until_any)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until_some)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until_all_vector)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until_any_vector)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, wait_until_some_vector)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test_all)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test_any)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test_some)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test_all_vector)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test_any_vector)
+SHMEM_CXX_GEN_PLAIN_(SHMEM_WAIT_TYPES_, test_some_vector)
+SHMEM_CXX_GEN_TEAM_(SHMEM_RMA_TYPES_, broadcast)
+SHMEM_CXX_GEN_TEAM_(SHMEM_RMA_TYPES_, collect)
+SHMEM_CXX_GEN_TEAM_(SHMEM_RMA_TYPES_, fcollect)
+SHMEM_CXX_GEN_TEAM_(SHMEM_RMA_TYPES_, alltoall)
+SHMEM_CXX_GEN_TEAM_(SHMEM_RMA_TYPES_, alltoalls)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_BITWISE_TYPES_, and_reduce)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_BITWISE_TYPES_, or_reduce)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_BITWISE_TYPES_, xor_reduce)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_MINMAX_TYPES_, min_reduce)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_MINMAX_TYPES_, max_reduce)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_ARITH_TYPES_, sum_reduce)
+SHMEM_CXX_GEN_TEAM_(SHMEM_REDUCE_ARITH_TYPES_, prod_reduce)
+#endif /* C++17 */
 
 #endif /* SHMEM_H */

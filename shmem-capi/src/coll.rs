@@ -1,5 +1,5 @@
 //! Teams, contexts and collectives (team-based 1.5 forms and the deprecated
-//! active-set forms with `pSync`/`pWrk`, which are accepted and not used).
+//! active-set forms; see [`crate::active`] for how those use `pSync`).
 //!
 //! Collectives run on the symmetric heap; when an argument is static data
 //! it is staged through a heap area the library allocated at init (every PE
@@ -10,9 +10,11 @@ use std::ffi::{c_int, c_long, c_ulong};
 use shmem::collectives::{ReduceOp, Reducible, TeamConfig};
 use shmem::{Element, Error, Result, SymSlice, Team};
 
+use crate::active::{active_set, ActiveSet, SetCall};
 use crate::rma::{bytes, rma_types};
 use crate::state::{new_ctx, new_team_handle, Sym};
 use crate::sync::export;
+use crate::types::{ComplexD, ComplexF, LongDouble};
 use crate::{ffi, ffi_status, CtxHandle, State, TeamHandle, TEAM_INVALID, TEAM_WORLD};
 
 /// C's `shmem_team_config_t`.
@@ -136,6 +138,9 @@ export!("shmem_team_create_ctx", fn(team: TeamHandle, options: c_long, ctx: *mut
     })
 });
 export!("shmem_ctx_destroy", fn(ctx: CtxHandle) -> () {
+    if ctx.is_null() {
+        return; // SHMEM_CTX_INVALID: a no-op (OpenSHMEM 1.5)
+    }
     ffi("shmem_ctx_destroy", |st| {
         st.rt.quiet()?;
         st.destroy_ctx(ctx)
@@ -200,7 +205,8 @@ impl State {
             Some(self.locate(src.cast(), sb)?)
         };
         let heap = |x: Option<Sym>| matches!(x, Some(Sym::Heap(_)) | None);
-        if heap(d) && heap(s) {
+        let (d_staged, s_staged) = (!heap(d), !heap(s));
+        if !d_staged && !s_staged {
             let off = |x: Option<Sym>| match x {
                 Some(Sym::Heap(o)) => o,
                 _ => self.stage.0,
@@ -217,13 +223,15 @@ impl State {
         // even when the source sizes differ (broadcast, collect).
         let half = cap / 2 / 64 * 64;
         let (s_off, d_off) = (stage, stage + half);
-        if sb > half || db > half {
+        // Only a buffer that is copied through the stage must fit it (a heap
+        // destination of `collect` is sized by the heap itself).
+        if (s_staged && sb > half) || (d_staged && db > half) {
             return Err(Error::invalid(
                 "nelems",
                 format!(
                     "a collective on global or static variables is staged through {half} bytes of \
                      heap per buffer and needs {}; use shmem_malloc'd buffers for large collectives",
-                    sb.max(db)
+                    if s_staged && sb > half { sb } else { db }
                 ),
             ));
         }
@@ -238,7 +246,15 @@ impl State {
         };
         let dest_view = match d {
             Some(Sym::Heap(o)) => SymSlice::from_raw_parts(o, dest_n, inst),
-            _ => SymSlice::from_raw_parts(d_off, dest_n, inst),
+            Some(Sym::Static(..)) => {
+                // What the collective does not write (alltoalls' gaps) keeps
+                // the destination's contents.
+                // SAFETY: `dest` holds `db` bytes of our static data (located
+                // above); the stage half holds `db` bytes too (checked).
+                unsafe { std::ptr::copy_nonoverlapping(dest.cast::<u8>(), base.add(d_off), db) };
+                SymSlice::from_raw_parts(d_off, dest_n, inst)
+            }
+            None => SymSlice::from_raw_parts(d_off, dest_n, inst),
         };
         let (r, written) = f(dest_view, src_view)?;
         if !matches!(d, Some(Sym::Heap(_)) | None) {
@@ -496,34 +512,12 @@ arith_types!(typed_reduce, min, Min);
 arith_types!(typed_reduce, max, Max);
 arith_types!(typed_reduce, sum, Sum);
 arith_types!(typed_reduce, prod, Prod);
+typed_reduce!(min, Min; longdouble: LongDouble);
+typed_reduce!(max, Max; longdouble: LongDouble);
+typed_reduce!(sum, Sum; longdouble: LongDouble, complexf: ComplexF, complexd: ComplexD);
+typed_reduce!(prod, Prod; longdouble: LongDouble, complexf: ComplexF, complexd: ComplexD);
 
 // ----- deprecated active-set collectives ---------------------------------------------
-
-/// What an active set names: every PE (the world team), or only the
-/// calling PE (`PE_size` 1 with `PE_start` the caller), where the
-/// collective is local. Other sets cannot become teams without every PE
-/// taking part, so they are unsupported.
-enum ActiveSet {
-    All(Team),
-    OnlyMe,
-}
-
-fn active_set(st: &State, start: c_int, log_stride: c_int, size: c_int) -> Result<ActiveSet> {
-    let n = st.rt.n_pes() as c_int;
-    if start == 0 && size == n && (log_stride == 0 || size == 1) {
-        return Ok(ActiveSet::All(st.coll.world()));
-    }
-    // A set of one PE: the stride is not used (OpenSHMEM 1.5, 9.9).
-    if size == 1 && start == st.rt.my_pe() as c_int {
-        return Ok(ActiveSet::OnlyMe);
-    }
-    Err(Error::Unsupported(format!(
-        "active set (PE_start {start}, logPE_stride {log_stride}, PE_size {size}): only the set of \
-         all {n} PEs and the set of the calling PE alone are supported by the deprecated \
-         active-set collectives; use a team from shmem_team_split_strided and the team-based \
-         collective instead"
-    )))
-}
 
 /// A collective over the calling PE alone: dest receives its own `n`
 /// elements of src, and earlier puts complete as a barrier would make them.
@@ -574,12 +568,19 @@ fn only_me_strided<T: Copy>(
     Ok(())
 }
 
-export!("shmem_barrier", fn(start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) -> () {
+export!("shmem_barrier", fn(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) -> () {
     ffi("shmem_barrier", |st| match active_set(st, start, log_stride, size)? {
         ActiveSet::All(team) => st.coll.barrier(&team),
         ActiveSet::OnlyMe => st.rt.quiet(),
+        ActiveSet::Members(m, me) => SetCall::new(st, m, me, psync)?.barrier(),
     })
 });
+
+/// `shmem_pcontrol(level, ...)`: profiling control, which this library
+/// does not act on (the standard lets it ignore the call). The variadic
+/// tail is never read, so a plain C function receives the call correctly.
+#[no_mangle]
+pub extern "C" fn shmem_pcontrol(_level: c_int) {}
 
 #[allow(clippy::too_many_arguments)]
 fn old_broadcast<T: Element>(
@@ -590,6 +591,7 @@ fn old_broadcast<T: Element>(
     start: c_int,
     log_stride: c_int,
     size: c_int,
+    psync: *mut c_long,
 ) {
     ffi("shmem_broadcast32/64", |st| {
         let team = match active_set(st, start, log_stride, size)? {
@@ -601,6 +603,14 @@ fn old_broadcast<T: Element>(
                     "PE_root",
                     format!("{root} is not in an active set of 1 PE"),
                 ))
+            }
+            ActiveSet::Members(m, me) => {
+                return SetCall::new(st, m, me, psync)?.broadcast(
+                    dest.cast(),
+                    src.cast(),
+                    bytes::<T>(n)?,
+                    root,
+                )
             }
         };
         // The old interface leaves the root's dest untouched.
@@ -623,35 +633,43 @@ fn old_broadcast<T: Element>(
 macro_rules! old_sized {
     ($($bits:literal : $t:ty),*) => { $(
         export!(concat!("shmem_broadcast", $bits), fn(dest: *mut $t, src: *const $t, n: usize, root: c_int,
-                start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) -> () {
-            old_broadcast(dest, src, n, root, start, log_stride, size)
+                start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) -> () {
+            old_broadcast(dest, src, n, root, start, log_stride, size, psync)
         });
         export!(concat!("shmem_collect", $bits), fn(dest: *mut $t, src: *const $t, n: usize,
-                start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) -> () {
+                start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) -> () {
             ffi("shmem_collect32/64", |st| match active_set(st, start, log_stride, size)? {
                 ActiveSet::All(team) => collect_w(st, &team, dest, src, n),
                 ActiveSet::OnlyMe => only_me(st, dest, src, n),
+                ActiveSet::Members(m, me) => SetCall::new(st, m, me, psync)?
+                    .collect(dest.cast(), src.cast(), n, std::mem::size_of::<$t>()),
             })
         });
         export!(concat!("shmem_fcollect", $bits), fn(dest: *mut $t, src: *const $t, n: usize,
-                start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) -> () {
+                start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) -> () {
             ffi("shmem_fcollect32/64", |st| match active_set(st, start, log_stride, size)? {
                 ActiveSet::All(team) => fcollect_w(st, &team, dest, src, n),
                 ActiveSet::OnlyMe => only_me(st, dest, src, n),
+                ActiveSet::Members(m, me) => SetCall::new(st, m, me, psync)?
+                    .fcollect(dest.cast(), src.cast(), bytes::<$t>(n)?),
             })
         });
         export!(concat!("shmem_alltoall", $bits), fn(dest: *mut $t, src: *const $t, n: usize,
-                start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) -> () {
+                start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) -> () {
             ffi("shmem_alltoall32/64", |st| match active_set(st, start, log_stride, size)? {
                 ActiveSet::All(team) => alltoall_w(st, &team, dest, src, n),
                 ActiveSet::OnlyMe => only_me(st, dest, src, n),
+                ActiveSet::Members(m, me) => SetCall::new(st, m, me, psync)?
+                    .alltoall(dest.cast(), src.cast(), bytes::<$t>(n)?),
             })
         });
         export!(concat!("shmem_alltoalls", $bits), fn(dest: *mut $t, src: *const $t, dst: isize, sst: isize,
-                n: usize, start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) -> () {
+                n: usize, start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) -> () {
             ffi("shmem_alltoalls32/64", |st| match active_set(st, start, log_stride, size)? {
                 ActiveSet::All(team) => alltoalls_w(st, &team, dest, src, dst, sst, n),
                 ActiveSet::OnlyMe => only_me_strided(st, dest, src, dst, sst, n),
+                ActiveSet::Members(m, me) => SetCall::new(st, m, me, psync)?
+                    .alltoalls(dest.cast(), src.cast(), stride_of(dst), stride_of(sst), n, std::mem::size_of::<$t>()),
             })
         });
     )* };
@@ -662,11 +680,13 @@ macro_rules! typed_to_all {
     ($op:ident, $rop:ident; $($name:ident : $t:ty),* $(,)?) => { $(
         export!(concat!("shmem_", stringify!($name), "_", stringify!($op), "_to_all"),
             fn(dest: *mut $t, src: *const $t, n: c_int, start: c_int, log_stride: c_int, size: c_int,
-               _pwrk: *mut $t, _psync: *mut c_long) -> () {
+               _pwrk: *mut $t, psync: *mut c_long) -> () {
             ffi("shmem_*_to_all", |st| {
                 match active_set(st, start, log_stride, size)? {
                     ActiveSet::All(team) => reduce_w(st, &team, ReduceOp::$rop, dest, src, arg(n)),
                     ActiveSet::OnlyMe => only_me(st, dest, src, arg(n)),
+                    ActiveSet::Members(m, me) => SetCall::new(st, m, me, psync)?
+                        .reduce(ReduceOp::$rop, dest, src, arg(n)),
                 }
             })
         });
@@ -675,15 +695,22 @@ macro_rules! typed_to_all {
 macro_rules! to_all_int {
     ($m:ident, $($pre:tt)*) => { $m! { $($pre)*; short: i16, int: c_int, long: c_long, longlong: i64 } };
 }
+macro_rules! to_all_minmax {
+    ($m:ident, $($pre:tt)*) => {
+        $m! { $($pre)*; short: i16, int: c_int, long: c_long, longlong: i64, float: f32, double: f64,
+              longdouble: LongDouble }
+    };
+}
 macro_rules! to_all_arith {
     ($m:ident, $($pre:tt)*) => {
-        $m! { $($pre)*; short: i16, int: c_int, long: c_long, longlong: i64, float: f32, double: f64 }
+        $m! { $($pre)*; short: i16, int: c_int, long: c_long, longlong: i64, float: f32, double: f64,
+              longdouble: LongDouble, complexf: ComplexF, complexd: ComplexD }
     };
 }
 to_all_int!(typed_to_all, and, And);
 to_all_int!(typed_to_all, or, Or);
 to_all_int!(typed_to_all, xor, Xor);
-to_all_arith!(typed_to_all, min, Min);
-to_all_arith!(typed_to_all, max, Max);
+to_all_minmax!(typed_to_all, min, Min);
+to_all_minmax!(typed_to_all, max, Max);
 to_all_arith!(typed_to_all, sum, Sum);
 to_all_arith!(typed_to_all, prod, Prod);

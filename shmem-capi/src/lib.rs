@@ -46,6 +46,7 @@
 
 pub mod statics;
 
+mod active;
 mod amo;
 mod coll;
 mod ext;
@@ -53,6 +54,7 @@ mod rma;
 mod setup;
 mod state;
 mod sync;
+mod types;
 
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -117,7 +119,7 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
     format!("internal error (panic): {what}")
 }
 
-/// Version of this library (`shmem_info_get_name` reports it).
+/// Version of this library (`SHMEM_VENDOR_*_VERSION` in `shmem.h`).
 pub fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }

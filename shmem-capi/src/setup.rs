@@ -144,7 +144,8 @@ export!("shmem_info_get_name", fn(name: *mut c_char) -> () {
     if name.is_null() {
         return;
     }
-    let text = format!("shmem-rs {}\0", crate::version());
+    // SHMEM_VENDOR_STRING in shmem.h: the spec's example compares the two.
+    let text = "shmem-rs\0";
     // SAFETY: the standard gives `name` SHMEM_MAX_NAME_LEN (256) bytes; the
     // text is far shorter and NUL-terminated.
     unsafe { std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), name, text.len().min(256)) };

@@ -139,6 +139,26 @@ fn wait_all<T: WaitElement>(
     })
 }
 
+/// Where the next `_any` scan starts: one past the index the last one
+/// returned, so repeated calls over several ready entries take turns
+/// instead of always returning the lowest (per thread, like the calls).
+fn any_start(n: usize) -> usize {
+    ANY_NEXT.with(|c| c.get() % n.max(1))
+}
+
+fn any_found(i: usize) {
+    ANY_NEXT.with(|c| c.set(i.wrapping_add(1)));
+}
+
+thread_local! {
+    static ANY_NEXT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The first index, scanning from `start` and wrapping, that `ready` accepts.
+fn find_from(n: usize, start: usize, mut ready: impl FnMut(usize) -> bool) -> Option<usize> {
+    (0..n).map(|k| (start + k) % n).find(|&i| ready(i))
+}
+
 fn wait_any<T: WaitElement>(
     name: &'static str,
     ivars: *mut T,
@@ -153,8 +173,9 @@ fn wait_any<T: WaitElement>(
             return Ok(usize::MAX);
         }
         let mut found = usize::MAX;
+        let start = any_start(n);
         w.wait(st, || {
-            match (0..n).find(|&i| !w.masked(i) && w.holds(i, v.at(i))) {
+            match find_from(n, start, |i| !w.masked(i) && w.holds(i, v.at(i))) {
                 Some(i) => {
                     found = i;
                     true
@@ -162,6 +183,7 @@ fn wait_any<T: WaitElement>(
                 None => false,
             }
         })?;
+        any_found(found);
         Ok(found)
     })
 }
@@ -227,9 +249,15 @@ fn test_any<T: WaitElement>(
 ) -> usize {
     ffi("shmem_test_any", |st| {
         let w = Watch::new(st, ivars, n, status, cmp)?;
-        Ok((0..n)
-            .find(|&i| !w.masked(i) && w.holds(i, v.at(i)))
-            .unwrap_or(usize::MAX))
+        Ok(
+            match find_from(n, any_start(n), |i| !w.masked(i) && w.holds(i, v.at(i))) {
+                Some(i) => {
+                    any_found(i);
+                    i
+                }
+                None => usize::MAX,
+            },
+        )
     })
 }
 
@@ -378,13 +406,20 @@ with_ctx!("shmem_ctx_signal_add", "shmem_signal_add", (sig: *mut u64, value: u64
 
 // ----- ordering ----------------------------------------------------------------
 
+// SHMEM_CTX_INVALID makes fence and quiet no-ops (OpenSHMEM 1.5).
 unsafe fn fence_t(ctx: CtxHandle) {
+    if ctx.is_null() {
+        return;
+    }
     ffi("shmem_fence", |st| {
         st.ctx(ctx)?;
         st.rt.fence()
     })
 }
 unsafe fn quiet_t(ctx: CtxHandle) {
+    if ctx.is_null() {
+        return;
+    }
     ffi("shmem_quiet", |st| {
         st.ctx(ctx)?;
         st.rt.quiet()

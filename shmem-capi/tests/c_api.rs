@@ -1,7 +1,10 @@
-//! Compiles the C programs in `tests/c` with `bin/oshcc` (once per run)
-//! against the `libshmem_capi.so` cargo built for this test, and runs each
-//! at 2 and 4 PEs with a hard timeout. A C test checks its own results and
-//! exits non-zero naming the failed check; every PE must exit with 0.
+//! Builds `libshmem_capi.so` and `shmemrun` (`cargo build -p shmem-capi
+//! -p shmem-launch` in this test's profile: a plain `cargo test` builds only
+//! the rlib), compiles the C programs in `tests/c` with `bin/oshcc` (once
+//! per run) and runs each at 2 and 4 PEs with a hard timeout. A C test
+//! checks its own results and exits non-zero naming the failed check; every
+//! PE must exit with 0. `tests/compile/every_generic.c` instantiates every
+//! generic for every type the specification lists, as C11 and as C++17.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -22,6 +25,13 @@ const PROGRAMS: &[&str] = &[
     "legacy",
     "active_self",
     "errors",
+    "longdouble_complex",
+    "generics",
+    "ctx_invalid",
+    "collect_static",
+    "active_sets",
+    "test_any_fair",
+    "info_name",
 ];
 
 fn crate_dir() -> PathBuf {
@@ -37,18 +47,48 @@ fn libdir() -> PathBuf {
         .to_path_buf()
 }
 
+/// Runs `cargo build` for the C library and the launcher in this test's
+/// profile (a no-op when they are fresh), once per test run.
+fn build_library() -> &'static Result<(), String> {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(crate_dir().join("..")).args([
+            "build",
+            "-p",
+            "shmem-capi",
+            "-p",
+            "shmem-launch",
+        ]);
+        if libdir().ends_with("release") {
+            cmd.arg("--release");
+        }
+        let o = cmd
+            .output()
+            .map_err(|e| format!("running cargo build: {e}"))?;
+        if !o.status.success() {
+            return Err(format!(
+                "cargo build -p shmem-capi -p shmem-launch: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        if !libdir().join("libshmem_capi.so").exists() {
+            return Err(format!(
+                "{} has no libshmem_capi.so after cargo build",
+                libdir().display()
+            ));
+        }
+        Ok(())
+    })
+}
+
 /// Compiles every program once; the directory holding them.
 fn programs() -> &'static PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
+        build_library().clone()?;
         let lib = libdir();
-        if !lib.join("libshmem_capi.so").exists() {
-            return Err(format!(
-                "{} has no libshmem_capi.so: `cargo test` builds only the rlib; run \
-                 `cargo build -p shmem-capi -p shmem-launch` first (scripts/test-all.sh does)",
-                lib.display()
-            ));
-        }
         let out = lib.join("capi-tests");
         std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
         let oshcc = crate_dir().join("bin/oshcc");
@@ -68,6 +108,32 @@ fn programs() -> &'static PathBuf {
                     String::from_utf8_lossy(&o.stderr)
                 ));
             }
+        }
+        // The generics test again as C++17, through the C++ generic names.
+        let src = crate_dir().join("tests/c/generics.c");
+        let o = Command::new(&oshcc)
+            .env("SHMEM_LIBDIR", &lib)
+            .env("OSHCC_CC", "g++")
+            .args([
+                "-std=c++17",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-O1",
+                "-x",
+                "c++",
+                "-o",
+            ])
+            .arg(out.join("generics_cxx"))
+            .arg(&src)
+            .output()
+            .map_err(|e| format!("running {}: {e}", oshcc.display()))?;
+        if !o.status.success() {
+            return Err(format!(
+                "oshcc (g++) {}: {}",
+                src.display(),
+                String::from_utf8_lossy(&o.stderr)
+            ));
         }
         Ok(out)
     });
@@ -137,6 +203,118 @@ fn active_sets_of_one_pe_and_alltoalls32() {
 }
 
 #[test]
+fn long_double_and_complex_reductions_pcontrol_generics() {
+    passes("longdouble_complex");
+}
+
+#[test]
+fn generic_bitwise_atomics_and_reductions() {
+    passes("generics");
+}
+
+#[test]
+fn generic_bitwise_atomics_and_reductions_from_cxx() {
+    passes("generics_cxx");
+}
+
+#[test]
+fn ctx_invalid_quiet_fence_destroy_are_no_ops() {
+    passes("ctx_invalid");
+}
+
+#[test]
+fn collect_from_static_data() {
+    passes("collect_static");
+}
+
+#[test]
+fn deprecated_collectives_on_any_active_set() {
+    passes("active_sets");
+}
+
+#[test]
+fn test_any_takes_turns() {
+    passes("test_any_fair");
+}
+
+#[test]
+fn info_get_name_is_the_vendor_string() {
+    passes("info_name");
+}
+
+/// Compiles (and links) `tests/compile/NAME` with `compiler` and `flags`;
+/// the compiler's messages on failure.
+fn compile(compiler: &str, flags: &[&str], name: &str, out: &str) -> Result<(), String> {
+    build_library().clone()?;
+    let src = crate_dir().join("tests/compile").join(name);
+    let o = Command::new(compiler)
+        .args(flags)
+        .arg(format!("-I{}", crate_dir().join("include").display()))
+        .arg("-o")
+        .arg(libdir().join("capi-tests").join(out))
+        .arg(&src)
+        .arg(format!("-L{}", libdir().display()))
+        .arg("-lshmem")
+        .output()
+        .map_err(|e| format!("running {compiler}: {e}"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&o.stderr).into_owned())
+    }
+}
+
+#[test]
+fn every_generic_for_every_spec_type_compiles_without_warnings() {
+    programs(); // the library, the libshmem.so link and the output folder
+    let c = ["-std=c11", "-Wall", "-Wextra", "-pedantic", "-Werror"];
+    let cxx = [
+        "-std=c++17",
+        "-Wall",
+        "-Wextra",
+        "-pedantic",
+        "-Werror",
+        "-x",
+        "c++",
+    ];
+    for (compiler, flags, out) in [("gcc", &c[..], "every_c"), ("g++", &cxx[..], "every_cxx")] {
+        compile(compiler, flags, "every_generic.c", out)
+            .unwrap_or_else(|e| panic!("{compiler} (generic names): {e}"));
+        let typed: Vec<&str> = flags
+            .iter()
+            .copied()
+            .chain(["-DEVERY_TYPED_NAME"])
+            .collect();
+        compile(compiler, &typed, "every_generic.c", &format!("{out}_typed"))
+            .unwrap_or_else(|e| panic!("{compiler} (typed names): {e}"));
+    }
+}
+
+#[test]
+fn a_generic_call_on_a_type_outside_its_list_does_not_compile() {
+    programs();
+    let c = ["-std=c11", "-Wall", "-Wextra", "-pedantic", "-Werror"];
+    let err = compile("gcc", &c, "unsupported_generic.c", "unsupported_c")
+        .expect_err("a bitwise atomic on a double must not compile as C");
+    assert!(err.contains("shmem_generic_unsupported_type"), "{err}");
+    let cxx = [
+        "-std=c++17",
+        "-Wall",
+        "-Wextra",
+        "-pedantic",
+        "-Werror",
+        "-x",
+        "c++",
+    ];
+    let err = compile("g++", &cxx, "unsupported_generic.c", "unsupported_cxx")
+        .expect_err("a bitwise atomic on a double must not compile as C++");
+    assert!(
+        err.contains("shmem_atomic_and: not defined for this type"),
+        "{err}"
+    );
+}
+
+#[test]
 fn locks() {
     passes("locks");
 }
@@ -193,6 +371,34 @@ fn pe_out_of_range_ends_the_job_with_a_message() {
 }
 
 #[test]
+fn collective_into_a_too_small_buffer_is_refused() {
+    let (r, err) = failing("small_dest");
+    exited_cleanly(&r);
+    assert_eq!(r.exit_code(), 1);
+    assert!(
+        err.contains("shmem_collect32/64") && err.contains("dest of") && err.contains("contribute"),
+        "{err}"
+    );
+}
+
+#[test]
+fn collective_on_an_active_set_without_the_caller_is_reported() {
+    let (r, err) = failing("not_in_set");
+    exited_cleanly(&r);
+    assert_eq!(r.exit_code(), 1);
+    assert!(
+        err.contains("shmem_barrier")
+            && err.contains("PE 0 called a collective on a set it is not in"),
+        "{err}"
+    );
+    // One line from the PE that erred (the others may echo it as the abort reason).
+    let own = err
+        .lines()
+        .filter(|l| l.starts_with("shmem: PE 0: shmem_barrier:"));
+    assert_eq!(own.count(), 1, "{err}");
+}
+
+#[test]
 fn global_exit_status_reaches_the_launcher() {
     let (r, _) = failing("global_exit");
     exited_cleanly(&r);
@@ -226,23 +432,9 @@ fn oshrun_and_oshcc_scripts() {
         "oshcc made the libshmem.so link"
     );
 
-    // oshrun needs the shmemrun binary next to the library.
+    // oshrun needs the shmemrun binary next to the library (built above).
     let shmemrun = libdir().join("shmemrun");
-    if !shmemrun.exists() {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let ok = Command::new(cargo)
-            .current_dir(crate_dir().join(".."))
-            .args(["build", "-p", "shmem-launch", "--bin", "shmemrun"])
-            .args(if libdir().ends_with("release") {
-                &["--release"][..]
-            } else {
-                &[][..]
-            })
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        assert!(ok, "building shmemrun for oshrun");
-    }
+    assert!(shmemrun.exists(), "{} was built", shmemrun.display());
     let status = Command::new(crate_dir().join("bin/oshrun"))
         .env("SHMEMRUN", &shmemrun)
         .args(["-np", "2", "--timeout", "90"])

@@ -20,6 +20,21 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[1], "bad_pe") == 0 && me == 0) {
         static int x;
         shmem_int_p(&x, 1, n);
+    } else if (strcmp(argv[1], "small_dest") == 0) {
+        /* collect's destination is followed by the source on the heap: a
+           count whose total does not fit in between is refused instead of
+           writing over the source */
+        static long psync[SHMEM_COLLECT_SYNC_SIZE];
+        int *dest = shmem_malloc(4 * sizeof(int));
+        int *src = shmem_malloc(4096 * sizeof(int));
+        ptrdiff_t gap = (char *)src - (char *)dest;
+        size_t each = (size_t)gap / sizeof(int) / (size_t)n + 1;
+        if (gap <= 0 || each > 4096) return 5; /* the layout this case needs */
+        shmem_collect32(dest, src, each, 0, 0, n, psync);
+    } else if (strcmp(argv[1], "not_in_set") == 0 && me == 0) {
+        /* the active set {1} does not hold PE 0 */
+        static long psync[SHMEM_BARRIER_SYNC_SIZE];
+        shmem_barrier(1, 0, 1, psync);
     } else if (strcmp(argv[1], "global_exit") == 0 && me == n - 1) {
         shmem_global_exit(7);
     }

@@ -21,7 +21,10 @@ int main(void) {
 
     /* heap data + heap signal */
     shmem_long_put_signal(h_data, src, N, h_sig, 1, SHMEM_SIGNAL_SET, right);
-    CHECK(shmem_signal_wait_until(h_sig, SHMEM_CMP_EQ, 1) == 1);
+    /* GE: at 4 PEs the left neighbour may already have moved on to its
+       set-10/add-5 below before this PE first looks */
+    uint64_t got = shmem_signal_wait_until(h_sig, SHMEM_CMP_GE, 1);
+    CHECK(got == 1 || got == 10 || got == 15);
     for (int i = 0; i < N; i++) CHECK(h_data[i] == left * 100 + i);
     /* static data + static signal, ADD, nbi */
     shmem_long_put_signal_nbi(s_data, src, N, &s_sig, 3, SHMEM_SIGNAL_ADD, right);
@@ -66,7 +69,8 @@ int main(void) {
     shmem_int_wait_until_all_vector(flags, 8, NULL, SHMEM_CMP_EQ, want);
     CHECK(shmem_int_test_all_vector(flags, 8, NULL, SHMEM_CMP_EQ, want));
     CHECK(shmem_int_test_any_vector(flags, 8, NULL, SHMEM_CMP_NE, want) == SIZE_MAX);
-    CHECK(shmem_int_wait_until_any_vector(flags, 8, NULL, SHMEM_CMP_GE, want) == 0);
+    /* every entry is ready: any index may come back (turns rotate) */
+    CHECK(shmem_int_wait_until_any_vector(flags, 8, NULL, SHMEM_CMP_GE, want) < 8);
     CHECK(shmem_int_wait_until_some_vector(flags, 8, idx, NULL, SHMEM_CMP_EQ, want) == 8);
     CHECK(shmem_int_test_some_vector(flags, 8, idx, status, SHMEM_CMP_EQ, want) == 2);
     shmem_barrier_all();
