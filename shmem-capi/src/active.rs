@@ -134,6 +134,16 @@ impl<'a> SetCall<'a> {
         unsafe { &*(self.psync.add(i) as *const AtomicU64) }
     }
 
+    /// Waits until `ready()`; sleeping, it is woken only by writes to pSync
+    /// word `i` when pSync is in the heap (by any write when it is static).
+    fn wait_word(&self, i: usize, ready: impl FnMut() -> bool) -> Result<()> {
+        let rt = &self.st.rt;
+        match self.st.locate(self.remote_word(i) as *const u8, 8)? {
+            crate::state::Sym::Heap(off) => rt.wait_on(off, 8, ready),
+            crate::state::Sym::Static(..) => rt.wait_for(ready),
+        }
+    }
+
     fn remote_word(&self, i: usize) -> *mut u64 {
         self.psync.wrapping_add(i).cast()
     }
@@ -144,10 +154,9 @@ impl<'a> SetCall<'a> {
         if n == 1 {
             return Ok(());
         }
-        let rt = &self.st.rt;
         if self.me == 0 {
             let arrived = self.word(0);
-            rt.wait_for(|| arrived.load(Ordering::Acquire) >= (n - 1) as u64)?;
+            self.wait_word(0, || arrived.load(Ordering::Acquire) >= (n - 1) as u64)?;
             // No member can arrive again before it is released below.
             arrived.store(0, Ordering::Release);
             for &pe in &self.members[1..] {
@@ -158,7 +167,7 @@ impl<'a> SetCall<'a> {
             self.st
                 .signal_world(self.remote_word(0), 1, SignalOp::Add, self.members[0])?;
             let released = self.word(1);
-            rt.wait_for(|| released.load(Ordering::Acquire) != 0)?;
+            self.wait_word(1, || released.load(Ordering::Acquire) != 0)?;
             released.store(0, Ordering::Release);
         }
         Ok(())
