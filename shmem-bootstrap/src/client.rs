@@ -147,76 +147,14 @@ impl TcpBootstrap {
     pub fn join(p: JoinParams, hosted: Option<StoreServer>) -> Result<TcpBootstrap> {
         check_rank(p.rank, p.nranks)?;
         let deadline = Instant::now() + p.init_timeout;
-        let mut stream = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let last = match TcpStream::connect_timeout(
-                &p.store_addr,
-                left.clamp(Duration::from_millis(1), Duration::from_secs(2)),
-            ) {
-                // A connect to a closed local port can land on itself
-                // (TCP simultaneous open); that is not the store.
-                Ok(s) if s.local_addr().ok() == s.peer_addr().ok() => {
-                    "nothing listens there".to_string()
-                }
-                Ok(s) => break s,
-                Err(e) => e.to_string(),
-            };
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: format!(
-                        "PE {} could not reach the config store at {} (is rank 0 running and reachable? last error: {last}); SHMEM_INIT_TIMEOUT sets the wait",
-                        p.rank, p.store_addr
-                    ),
-                    secs: p.init_timeout.as_secs_f64(),
-                });
+        let stream = loop {
+            let stream = connect_until(&p, deadline)?;
+            match hello(&p, stream, deadline)? {
+                Some(s) => break s,
+                // The store is busy with unauthenticated connections: retry.
+                None => std::thread::sleep(Duration::from_millis(50)),
             }
-            std::thread::sleep(Duration::from_millis(50));
         };
-        shmem_core::net::tune(&stream, p.link_timeout);
-        let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-        write_frame(
-            &mut stream,
-            &Request::Hello {
-                rank: p.rank as u32,
-                nranks: p.nranks as u32,
-                secret: p.secret.clone(),
-            }
-            .encode(),
-        )
-        .map_err(|e| {
-            Error::os(
-                format!("sending HELLO to the config store at {}", p.store_addr),
-                e,
-            )
-        })?;
-        let _ = stream.set_read_timeout(Some(p.init_timeout.max(Duration::from_millis(100))));
-        let first = read_frame(&mut stream)
-            .map_err(|e| {
-                Error::Bootstrap(format!(
-                    "no answer from the config store at {}: {e}",
-                    p.store_addr
-                ))
-            })?
-            .ok_or_else(|| {
-                Error::Bootstrap(format!(
-                    "the config store at {} closed the connection during HELLO",
-                    p.store_addr
-                ))
-            })?;
-        match Reply::decode(&first) {
-            Ok(Reply::Welcome) => {}
-            Ok(Reply::Reject(why)) => {
-                return Err(Error::Bootstrap(format!(
-                    "the config store at {} refused PE {}: {why}",
-                    p.store_addr, p.rank
-                )))
-            }
-            other => {
-                return Err(Error::Bootstrap(format!(
-                    "unexpected answer to HELLO: {other:?}"
-                )))
-            }
-        }
         let _ = stream.set_read_timeout(None);
         let reader_stream = stream
             .try_clone()
@@ -245,7 +183,12 @@ impl TcpBootstrap {
             finalized: AtomicBool::new(false),
         };
         // The first collective doubles as "everyone has joined".
-        bs.collective(&[], p.init_timeout, "waiting for all PEs to join the job")?;
+        bs.collective(
+            &[],
+            p.init_timeout,
+            "waiting for all PEs to join the job",
+            "SHMEM_INIT_TIMEOUT",
+        )?;
         Ok(bs)
     }
 
@@ -270,6 +213,7 @@ impl TcpBootstrap {
         &self,
         timeout: Duration,
         what: &str,
+        governed_by: &str,
         mut take: impl FnMut(&mut ClientState) -> Option<T>,
     ) -> Result<T> {
         let deadline = Instant::now() + timeout;
@@ -284,7 +228,7 @@ impl TcpBootstrap {
             let now = Instant::now();
             if now >= deadline {
                 return Err(Error::Timeout {
-                    what: format!("PE {}: {what} (SHMEM_BOOTSTRAP_TIMEOUT)", self.rank),
+                    what: format!("PE {}: {what} ({governed_by})", self.rank),
                     secs: timeout.as_secs_f64(),
                 });
             }
@@ -304,7 +248,13 @@ impl TcpBootstrap {
         self.check_peers()
     }
 
-    fn collective(&self, data: &[u8], timeout: Duration, what: &str) -> Result<Vec<Vec<u8>>> {
+    fn collective(
+        &self,
+        data: &[u8],
+        timeout: Duration,
+        what: &str,
+        governed_by: &str,
+    ) -> Result<Vec<Vec<u8>>> {
         self.live()?;
         // The answer carries every PE's contribution in one frame.
         let limit = crate::protocol::MAX_FRAME / self.size.max(1) - 64;
@@ -323,7 +273,7 @@ impl TcpBootstrap {
             seq,
             data: data.to_vec(),
         })?;
-        self.wait_reply(timeout, what, |st| st.colls.remove(&seq))
+        self.wait_reply(timeout, what, governed_by, |st| st.colls.remove(&seq))
     }
 
     /// Stores `value` under `key` in the job's key-value store.
@@ -349,7 +299,90 @@ impl TcpBootstrap {
         }
         self.send(&Request::Get { key: key.to_vec() })?;
         let what = format!("waiting for key {:?}", String::from_utf8_lossy(key));
-        self.wait_reply(self.timeout, &what, |st| st.values.get(key).cloned())
+        self.wait_reply(self.timeout, &what, BOOTSTRAP_TIMEOUT, |st| {
+            st.values.get(key).cloned()
+        })
+    }
+}
+
+/// The variable that bounds control-plane calls after start-up.
+const BOOTSTRAP_TIMEOUT: &str = "SHMEM_BOOTSTRAP_TIMEOUT";
+
+/// Connects to the store, retrying until `deadline`.
+fn connect_until(p: &JoinParams, deadline: Instant) -> Result<TcpStream> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let last = match TcpStream::connect_timeout(
+            &p.store_addr,
+            left.clamp(Duration::from_millis(1), Duration::from_secs(2)),
+        ) {
+            // A connect to a closed local port can land on itself
+            // (TCP simultaneous open); that is not the store.
+            Ok(s) if s.local_addr().ok() == s.peer_addr().ok() => {
+                "nothing listens there".to_string()
+            }
+            Ok(s) => return Ok(s),
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                what: format!(
+                    "PE {} could not reach the config store at {} (is rank 0 running and reachable? last error: {last}); SHMEM_INIT_TIMEOUT sets the wait",
+                    p.rank, p.store_addr
+                ),
+                secs: p.init_timeout.as_secs_f64(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Presents the HELLO; `Ok(None)` when the store asks to try again later
+/// (too many connections waiting to authenticate) and `deadline` allows it.
+fn hello(p: &JoinParams, mut stream: TcpStream, deadline: Instant) -> Result<Option<TcpStream>> {
+    shmem_core::net::tune(&stream, p.link_timeout);
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
+    write_frame(
+        &mut stream,
+        &Request::Hello {
+            rank: p.rank as u32,
+            nranks: p.nranks as u32,
+            secret: p.secret.clone(),
+        }
+        .encode(),
+    )
+    .map_err(|e| {
+        Error::os(
+            format!("sending HELLO to the config store at {}", p.store_addr),
+            e,
+        )
+    })?;
+    let _ = stream.set_read_timeout(Some(p.init_timeout.max(Duration::from_millis(100))));
+    let first = read_frame(&mut stream)
+        .map_err(|e| {
+            Error::Bootstrap(format!(
+                "no answer from the config store at {}: {e}",
+                p.store_addr
+            ))
+        })?
+        .ok_or_else(|| {
+            Error::Bootstrap(format!(
+                "the config store at {} closed the connection during HELLO",
+                p.store_addr
+            ))
+        })?;
+    match Reply::decode(&first) {
+        Ok(Reply::Welcome) => Ok(Some(stream)),
+        Ok(Reply::Reject(why)) if why == crate::store::BUSY && Instant::now() < deadline => {
+            Ok(None)
+        }
+        Ok(Reply::Reject(why)) => Err(Error::Bootstrap(format!(
+            "the config store at {} refused PE {}: {why}",
+            p.store_addr, p.rank
+        ))),
+        other => Err(Error::Bootstrap(format!(
+            "unexpected answer to HELLO: {other:?}"
+        ))),
     }
 }
 
@@ -423,7 +456,7 @@ impl Bootstrap for TcpBootstrap {
         self.size
     }
     fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let all = self.collective(data, self.timeout, "allgather")?;
+        let all = self.collective(data, self.timeout, "allgather", BOOTSTRAP_TIMEOUT)?;
         if all.len() != self.size {
             return Err(Error::Bootstrap(format!(
                 "allgather returned {} entries for {} PEs",
@@ -434,7 +467,8 @@ impl Bootstrap for TcpBootstrap {
         Ok(all)
     }
     fn barrier(&self) -> Result<()> {
-        self.collective(&[], self.timeout, "barrier").map(|_| ())
+        self.collective(&[], self.timeout, "barrier", BOOTSTRAP_TIMEOUT)
+            .map(|_| ())
     }
     fn broadcast(&self, root: PeId, data: &[u8]) -> Result<Vec<u8>> {
         if root >= self.size {
@@ -444,7 +478,7 @@ impl Bootstrap for TcpBootstrap {
             });
         }
         let mine = if root == self.rank { data } else { &[] };
-        let mut all = self.collective(mine, self.timeout, "broadcast")?;
+        let mut all = self.collective(mine, self.timeout, "broadcast", BOOTSTRAP_TIMEOUT)?;
         Ok(std::mem::take(&mut all[root]))
     }
     fn local_ip(&self) -> Option<std::net::IpAddr> {
@@ -473,7 +507,7 @@ impl Bootstrap for TcpBootstrap {
         self.shared.leaving.store(true, Ordering::SeqCst);
         let sent = self.send(&Request::Bye);
         let acked = sent.and_then(|_| {
-            self.wait_reply(Duration::from_secs(10), "finalize", |st| {
+            self.wait_reply(Duration::from_secs(10), "finalize", "a fixed 10 s", |st| {
                 st.bye_ok.then_some(())
             })
         });

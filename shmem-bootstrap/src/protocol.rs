@@ -11,6 +11,11 @@ pub const MAGIC: &[u8; 8] = b"SHMEMBS1";
 /// Largest frame accepted (allgather payloads included).
 pub const MAX_FRAME: usize = 256 << 20;
 
+/// Largest frame accepted from a connection that has not authenticated yet
+/// (its HELLO). A HELLO is a few dozen bytes; anything longer is garbage or
+/// an attempt to make the store buffer memory for a stranger.
+pub const MAX_HELLO_FRAME: usize = 4 << 10;
+
 /// Client to store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
@@ -293,17 +298,51 @@ impl Reply {
     }
 }
 
+/// The length prefix of a frame of `len` bytes.
+///
+/// # Errors
+/// `InvalidInput` when `len` is zero or above [`MAX_FRAME`] (the reader would
+/// refuse it; above `u32::MAX` the prefix could not even hold it).
+pub fn frame_header(len: usize) -> io::Result<[u8; 4]> {
+    if len == 0 || len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a frame of {len} bytes cannot be sent (the limit is {MAX_FRAME} bytes)"),
+        ));
+    }
+    u32::try_from(len)
+        .map(u32::to_le_bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame length above u32"))
+}
+
 /// Writes one frame.
+///
+/// # Errors
+/// The writer's errors, and `InvalidInput` for a body that does not fit a
+/// frame (see [`frame_header`]); nothing is written then.
 pub fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
+    let header = frame_header(body.len())?;
     let mut buf = Vec::with_capacity(4 + body.len());
-    buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&header);
     buf.extend_from_slice(body);
     w.write_all(&buf)?;
     w.flush()
 }
 
 /// Reads one frame body; `Ok(None)` on a clean end of stream.
+///
+/// # Errors
+/// The reader's errors, and `InvalidData` for a length above [`MAX_FRAME`].
 pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+    read_frame_limited(r, MAX_FRAME)
+}
+
+/// [`read_frame`] that refuses frames above `max` bytes before reading (or
+/// allocating) their body.
+///
+/// # Errors
+/// The reader's errors, and `InvalidData` for a length of zero or above `max`.
+pub fn read_frame_limited(r: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}
@@ -311,8 +350,10 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
         Err(e) => return Err(e),
     }
     let n = u32::from_le_bytes(len) as usize;
-    if n == 0 || n > MAX_FRAME {
-        return Err(bad(&format!("frame of {n} bytes")));
+    if n == 0 || n > max.min(MAX_FRAME) {
+        return Err(bad(&format!(
+            "frame of {n} bytes (the limit here is {max})"
+        )));
     }
     let mut body = vec![0u8; n];
     r.read_exact(&mut body)?;
@@ -387,5 +428,31 @@ mod tests {
         assert!(Request::decode(b"\x01NOTMAGIC").is_err());
         let mut huge = &[0xff, 0xff, 0xff, 0xff, 1][..];
         assert!(read_frame(&mut huge).is_err());
+        // A 5-KiB frame is fine after HELLO but not before it.
+        let mut framed = Vec::new();
+        write_frame(&mut framed, &[7u8; 5 << 10]).unwrap();
+        assert_eq!(
+            read_frame(&mut &framed[..]).unwrap().unwrap().len(),
+            5 << 10
+        );
+        let err = read_frame_limited(&mut &framed[..], MAX_HELLO_FRAME).unwrap_err();
+        assert!(err.to_string().contains("5120 bytes"), "{err}");
+    }
+
+    #[test]
+    fn oversized_frames_are_refused_not_truncated() {
+        assert_eq!(frame_header(5).unwrap(), 5u32.to_le_bytes());
+        assert_eq!(
+            frame_header(MAX_FRAME).unwrap(),
+            (MAX_FRAME as u32).to_le_bytes()
+        );
+        for len in [0, MAX_FRAME + 1, u32::MAX as usize + 1, usize::MAX] {
+            let e = frame_header(len).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{len}");
+        }
+        // Nothing reaches the wire for a refused frame.
+        let mut sink = Vec::new();
+        assert!(write_frame(&mut sink, &[]).is_err());
+        assert!(sink.is_empty());
     }
 }

@@ -7,22 +7,39 @@
 //! member is told which PE it was.
 
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use shmem_core::{shmem_log, Error, Result};
 
-use crate::protocol::{read_frame, write_frame, Reply, Request};
+use crate::protocol::{read_frame, write_frame, Reply, Request, MAX_HELLO_FRAME};
 
 /// Time after which a member whose link went silent counts as exited.
 const LINK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long a new connection may take to present its HELLO.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// What the store allows a connection that has not authenticated yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// The whole HELLO must have arrived this long after the connection was
+    /// accepted (a client trickling bytes is dropped at the deadline).
+    pub hello_timeout: Duration,
+    /// Most connections that may be waiting for their HELLO at once, on top
+    /// of the job's PE count; further ones are refused at once.
+    pub max_unauthenticated: usize,
+}
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        StoreLimits {
+            hello_timeout: Duration::from_secs(10),
+            max_unauthenticated: 64,
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Membership {
@@ -47,6 +64,9 @@ struct State {
 
 struct Shared {
     secret: Vec<u8>,
+    limits: StoreLimits,
+    /// Connections accepted whose HELLO has not been judged yet.
+    unauthenticated: AtomicUsize,
     state: Mutex<State>,
     changed: Condvar,
     stop: AtomicBool,
@@ -76,7 +96,25 @@ impl std::fmt::Debug for StoreServer {
 impl StoreServer {
     /// Binds `addr` and starts serving. `nranks` may be unknown (UniqueId
     /// init), in which case the first member fixes it.
+    ///
+    /// # Errors
+    /// The address is in use or cannot be bound, or the service thread
+    /// cannot be started.
     pub fn bind(addr: SocketAddr, nranks: Option<usize>, secret: Vec<u8>) -> Result<StoreServer> {
+        Self::bind_with_limits(addr, nranks, secret, StoreLimits::default())
+    }
+
+    /// [`StoreServer::bind`] with explicit limits for unauthenticated
+    /// connections.
+    ///
+    /// # Errors
+    /// As [`StoreServer::bind`].
+    pub fn bind_with_limits(
+        addr: SocketAddr,
+        nranks: Option<usize>,
+        secret: Vec<u8>,
+        limits: StoreLimits,
+    ) -> Result<StoreServer> {
         let listener = TcpListener::bind(addr).map_err(|e| {
             if e.kind() == io::ErrorKind::AddrInUse {
                 Error::Bootstrap(format!(
@@ -91,6 +129,8 @@ impl StoreServer {
             .map_err(|e| Error::os("getsockname of the config store", e))?;
         let shared = Arc::new(Shared {
             secret,
+            limits,
+            unauthenticated: AtomicUsize::new(0),
             state: Mutex::new(State {
                 nranks,
                 members: Vec::new(),
@@ -235,11 +275,22 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         }
         match conn {
             Ok((stream, peer)) => {
+                let cap = shared.limits.max_unauthenticated + shared.lock().nranks.unwrap_or(0);
+                if shared.unauthenticated.load(Ordering::SeqCst) >= cap {
+                    shmem_log!(
+                        Warn,
+                        "config store: refused {peer}: {cap} connections are already waiting to authenticate"
+                    );
+                    refuse_busy(stream);
+                    continue;
+                }
+                shared.unauthenticated.fetch_add(1, Ordering::SeqCst);
                 let s2 = shared.clone();
                 let spawned = std::thread::Builder::new()
                     .name("shmem-store-conn".into())
                     .spawn(move || serve(stream, peer, s2));
                 if let Err(e) = spawned {
+                    shared.unauthenticated.fetch_sub(1, Ordering::SeqCst);
                     shmem_log!(Warn, "config store: cannot serve {peer}: {e}");
                 }
             }
@@ -251,11 +302,82 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
+/// Text of the refusal sent to a connection over the unauthenticated cap;
+/// a joining PE that reads it tries again.
+pub(crate) const BUSY: &str = "busy: too many connections are waiting to authenticate";
+
+fn refuse_busy(mut stream: TcpStream) {
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+    let _ = write_frame(&mut stream, &Reply::Reject(BUSY.into()).encode());
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// Counts a connection as unauthenticated until dropped.
+struct PendingSlot<'a>(&'a AtomicUsize);
+
+impl Drop for PendingSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Reads exactly `buf.len()` bytes, all of them by `deadline`.
+fn read_exact_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "HELLO incomplete at its deadline ({got} of {} bytes)",
+                    buf.len()
+                ),
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(k) => got += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads the first frame of a connection: at most [`MAX_HELLO_FRAME`]
+/// bytes, all of it by `deadline`. `Ok(None)` when the peer closed first.
+fn read_hello(stream: &mut TcpStream, deadline: Instant) -> io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match read_exact_by(stream, &mut len, deadline) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let n = u32::from_le_bytes(len) as usize;
+    if n == 0 || n > MAX_HELLO_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("first frame of {n} bytes (a HELLO is at most {MAX_HELLO_FRAME})"),
+        ));
+    }
+    let mut body = vec![0u8; n];
+    read_exact_by(stream, &mut body, deadline)?;
+    Ok(Some(body))
+}
+
 fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    let pending = PendingSlot(&shared.unauthenticated);
+    let deadline = Instant::now() + shared.limits.hello_timeout;
     shmem_core::net::tune(&stream, LINK_TIMEOUT);
-    let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-    let hello = match read_frame(&mut stream).map(|f| f.map(|b| Request::decode(&b))) {
+    let hello = match read_hello(&mut stream, deadline).map(|f| f.map(|b| Request::decode(&b))) {
         Ok(Some(Ok(Request::Hello {
             rank,
             nranks,
@@ -278,6 +400,17 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         shmem_log!(Warn, "config store: rejected {peer}: {why}");
         let _ = write_frame(stream, &Reply::Reject(why).encode());
     };
+    // The job size comes before the secret: a default secret is derived
+    // from the size, so a PE that disagrees on it would otherwise only hear
+    // "wrong job secret".
+    let known = shared.lock().nranks;
+    if let Some(n) = known.filter(|&n| n != nranks) {
+        reject(
+            &mut stream,
+            format!("PE {rank} says the job has {nranks} PEs, the others say {n}"),
+        );
+        return;
+    }
     if !constant_time_eq(&secret, &shared.secret) {
         reject(&mut stream, "wrong job secret".into());
         return;
@@ -299,7 +432,7 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             drop(st);
             reject(
                 &mut stream,
-                format!("PE {rank} says the job has {nranks} PEs, others say {n}"),
+                format!("PE {rank} says the job has {nranks} PEs, the others say {n}"),
             );
             return;
         }
@@ -338,6 +471,7 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         }
         shared.changed.notify_all();
     }
+    drop(pending);
     let _ = stream.set_read_timeout(None);
     let end = loop {
         let frame = match read_frame(&mut stream) {
