@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shmem_core::{shmem_log, Bootstrap, Error, PeId, Result};
+use shmem_core::{shmem_log, Bootstrap, Error, PeId, PeerHealth, Result};
 
 use crate::protocol::{read_frame, write_frame, Reply, Request};
 use crate::store::StoreServer;
@@ -57,6 +57,10 @@ struct ClientState {
     colls: HashMap<u64, Vec<Vec<u8>>>,
     failure: Option<Failure>,
     bye_ok: bool,
+    /// Every PE reported dead, in order.
+    dead: Vec<(usize, String)>,
+    /// Data-plane records to mark when a PE dies.
+    watchers: Vec<Arc<PeerHealth>>,
 }
 
 struct Shared {
@@ -416,6 +420,13 @@ fn reader_loop(mut stream: TcpStream, shared: Arc<Shared>) {
                 shared.changed.notify_all();
             }
             Reply::PeerExited { rank, detail } => {
+                {
+                    let mut st = shared.lock();
+                    for w in &st.watchers {
+                        w.mark_dead(rank as usize, &detail);
+                    }
+                    st.dead.push((rank as usize, detail.clone()));
+                }
                 if !shared.leaving.load(Ordering::SeqCst) {
                     shared.fail(Failure::PeerExited {
                         pe: rank as usize,
@@ -493,6 +504,13 @@ impl Bootstrap for TcpBootstrap {
             Some(f) => Err(f.to_error()),
             None => Ok(()),
         }
+    }
+    fn watch_peers(&self, health: Arc<PeerHealth>) {
+        let mut st = self.shared.lock();
+        for (pe, detail) in &st.dead {
+            health.mark_dead(*pe, detail);
+        }
+        st.watchers.push(health);
     }
     fn abort(&self, status: i32, message: &str) -> Result<()> {
         self.send(&Request::Abort {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::bootstrap::Bootstrap;
+use crate::bootstrap::{Bootstrap, PeerHealth};
 use crate::completion::{Completion, Handle};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -65,6 +65,8 @@ pub struct Runtime {
     config: Config,
     policy: WaitPolicy,
     finalized: AtomicBool,
+    /// Dead PEs and finalize, one relaxed load on every operation.
+    health: Arc<PeerHealth>,
 }
 
 // SAFETY: `base` points into `heap`, which is Send + Sync and outlives the
@@ -227,7 +229,9 @@ impl Runtime {
             config,
             policy,
             finalized: AtomicBool::new(false),
+            health: Arc::new(PeerHealth::new()),
         };
+        rt.bootstrap.watch_peers(rt.health.clone());
         shmem_log!(
             Info,
             "PE {my_pe}/{n_pes}: heap {size} bytes, routes {}",
@@ -305,10 +309,25 @@ impl Runtime {
 
     #[inline]
     fn live(&self) -> Result<()> {
-        if self.finalized.load(Ordering::Relaxed) {
+        if self.health.word() & PeerHealth::FINALIZED != 0 {
             return Err(Error::NotInitialized);
         }
         Ok(())
+    }
+
+    /// Like `live`, and fails naming `pe` once the control plane has
+    /// reported it dead (one relaxed load while all is well).
+    #[inline]
+    fn live_for(&self, pe: PeId) -> Result<()> {
+        if self.health.word() != 0 {
+            self.health.check(Some(pe))?;
+        }
+        Ok(())
+    }
+
+    /// The PEs the control plane has reported dead, with what is known of how.
+    pub fn dead_pes(&self) -> Vec<(PeId, String)> {
+        self.health.dead()
     }
 
     /// Errors unless `pe` is in `0..n_pes`.
@@ -351,14 +370,14 @@ impl Runtime {
 
     #[inline]
     fn route(&self, pe: PeId) -> Result<&dyn Transport> {
-        self.live()?;
+        self.live_for(pe)?;
         self.check_pe(pe)?;
         Ok(self.transports[self.routes[pe] as usize].as_ref())
     }
 
     #[inline]
     fn async_route(&self, pe: PeId) -> Result<&dyn Transport> {
-        self.live()?;
+        self.live_for(pe)?;
         self.check_pe(pe)?;
         Ok(self.transports[self.async_routes[pe] as usize].as_ref())
     }
@@ -630,7 +649,21 @@ impl Runtime {
         let t = self.async_route(pe)?;
         self.check_range(dst, len)?;
         // SAFETY: forwarded contract.
-        unsafe { t.put_async(pe, dst, src, len) }
+        let c = unsafe { t.put_async(pe, dst, src, len) }?;
+        self.fail_if_dies(&c, pe);
+        Ok(c)
+    }
+
+    /// Makes `c` end in an error naming `pe` if `pe` is known dead when the
+    /// copy finishes.
+    fn fail_if_dies(&self, c: &Completion, pe: PeId) {
+        let health = self.health.clone();
+        c.then(move || {
+            if health.word() != 0 {
+                health.check(Some(pe))?;
+            }
+            Ok(())
+        });
     }
 
     /// Starts a get on the bulk engine and returns its completion.
@@ -647,7 +680,9 @@ impl Runtime {
         let t = self.async_route(pe)?;
         self.check_range(src, len)?;
         // SAFETY: forwarded contract.
-        unsafe { t.get_async(pe, src, dst, len) }
+        let c = unsafe { t.get_async(pe, src, dst, len) }?;
+        self.fail_if_dies(&c, pe);
+        Ok(c)
     }
 
     /// Non-blocking put that owns its source: the handle gives the buffer
@@ -693,7 +728,7 @@ impl Runtime {
     }
 
     fn external_engine(&self, pe: PeId) -> Result<&dyn Transport> {
-        self.live()?;
+        self.live_for(pe)?;
         self.check_pe(pe)?;
         self.transports
             .iter()
@@ -1492,9 +1527,18 @@ impl Runtime {
     }
 
     /// Completes every outstanding operation of this PE.
+    ///
+    /// # Errors
+    /// After finalize; when an engine fails; and once any PE has been
+    /// reported dead (naming it), since operations to it cannot have
+    /// completed.
     pub fn quiet(&self) -> Result<()> {
         self.live()?;
-        self.transports.iter().try_for_each(|t| t.quiet())
+        let r = self.transports.iter().try_for_each(|t| t.quiet());
+        if self.health.word() != 0 {
+            self.health.check(None)?;
+        }
+        r
     }
 
     /// Ends the whole job with `status` (OpenSHMEM `global_exit`).
@@ -1512,6 +1556,7 @@ impl Runtime {
         let q = self.quiet();
         let b = self.bootstrap.barrier();
         self.finalized.store(true, Ordering::Release);
+        self.health.mark_finalized();
         let f = self.bootstrap.finalize();
         q.and(b).and(f)
     }

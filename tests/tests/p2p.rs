@@ -104,6 +104,28 @@ fn killed_pe_during_signal_wait_is_named_within_2s() {
 }
 
 #[test]
+fn rma_to_a_killed_pe_fails_naming_it_on_every_engine() {
+    for engine in ["HCCS", "SDMA", "ROCE"] {
+        for n in [2, 4] {
+            let mut o = shmem_tests::LaunchOptions::new(n, PE);
+            o.args = vec!["rma_to_dead".into()];
+            o.env = vec![("SHMEM_TEST_ENGINE".into(), engine.into())];
+            o.timeout = Some(shmem_tests::JOB_TIMEOUT);
+            o.kill_grace = std::time::Duration::from_secs(20);
+            let r = shmem_tests::launch(&o).unwrap();
+            for (pe, end) in r.ends.iter().enumerate() {
+                let want = if pe == 1 {
+                    PeEnd::Signaled(libc::SIGKILL)
+                } else {
+                    PeEnd::Exited(3)
+                };
+                assert_eq!(*end, want, "{engine} at {n} PEs, PE {pe}: {r:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn unknown_engine_lists_the_linked_ones() {
     let r = run_job(PE, 2, &["rma"], &[("SHMEM_TEST_ENGINE", "NOPE")]);
     assert!(!r.success());

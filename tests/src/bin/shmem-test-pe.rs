@@ -691,6 +691,73 @@ fn kill_in_wait(pe: &Shmem) -> Result<()> {
     }
 }
 
+/// PE 1 is killed; every other PE keeps reading from it until an operation
+/// fails, and then every kind of operation aimed at PE 1 (and `quiet`) must
+/// fail naming it, while operations on live PEs still work.
+fn rma_to_dead(pe: &Shmem) -> Result<()> {
+    let me = pe.my_pe();
+    // SAFETY: ignoring SIGTERM has no memory-safety implications.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    let big = 1 << 20;
+    let buf = pe.calloc::<u8>(big)?;
+    let sig = pe.calloc::<u64>(1)?;
+    pe.barrier_all()?;
+    if me == 1 {
+        // SAFETY: raising SIGKILL on ourselves.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    // Blocking gets from PE 1 succeed until the control plane reports the
+    // death; the safety net only keeps a broken build from looping forever.
+    let t = Instant::now();
+    let net = t + Duration::from_secs(30);
+    let mut word = [0u8; 8];
+    let mut gets = 0u64;
+    let (first, dt) = loop {
+        match pe.get(&mut word, buf.slice(0..8)?, 1) {
+            Ok(()) => gets += 1,
+            Err(e) => break (e.to_string(), t.elapsed()),
+        }
+        if Instant::now() > net {
+            return Err(Error::invalid(
+                "check",
+                format!("PE {me}: {gets} gets from dead PE 1 all returned Ok"),
+            ));
+        }
+    };
+    // Over ROCE the engine's own link may notice first and say so its way.
+    let roce = std::env::var("SHMEM_TEST_ENGINE").is_ok_and(|e| e.eq_ignore_ascii_case("roce"));
+    let needle = if roce { "PE 1" } else { "PE 1 exited" };
+    check!(me, first.contains(needle), "first error: {first}");
+    let src = vec![7u8; big];
+    let mut dst = vec![0u8; big];
+    expect_err(me, pe.put(buf.slice(..)?, &src, 1), needle)?;
+    expect_err(me, pe.get(&mut dst, buf.slice(..)?, 1), needle)?;
+    expect_err(me, pe.p(sig.at(0)?, 1, 1), needle)?;
+    expect_err(me, pe.atomic_fetch_add(sig.at(0)?, 1, 1), needle)?;
+    expect_err(me, pe.signal_op(sig.at(0)?, 1, SignalOp::Set, 1), needle)?;
+    expect_err(
+        me,
+        pe.put_signal(buf.slice(0..8)?, &[1u8; 8], sig.at(0)?, 1, SignalOp::Set, 1),
+        needle,
+    )?;
+    expect_err(
+        me,
+        pe.put_handle(buf.slice(..)?, src.clone(), 1).map(|_| ()),
+        needle,
+    )?;
+    // SAFETY: `src` outlives the quiet below.
+    let nbi = unsafe { pe.put_nbi(buf.slice(..)?, &src, 1) };
+    expect_err(me, nbi, needle)?;
+    expect_err(me, pe.quiet(), needle)?;
+    // This PE's own heap is still reachable (the other survivors may have
+    // exited already).
+    pe.put(buf.slice(0..8)?, &[me as u8; 8], me)?;
+    pe.get(&mut word, buf.slice(0..8)?, me)?;
+    check!(me, word == [me as u8; 8], "own heap read back {word:?}");
+    eprintln!("PE {me}: {gets} gets in {dt:?} before PE 1's death was known; then: {first}");
+    std::process::exit(3)
+}
+
 /// Large copies (split across engine threads), non-blocking large copies,
 /// put_signal_nbi ordering, and memory outside the heap.
 fn bulk(pe: &Shmem) -> Result<()> {
@@ -1249,6 +1316,7 @@ fn main() {
         "errors" => errors(&pe).map(|_| std::process::exit(0)),
         "kill_in_barrier" => kill_in_barrier(&pe),
         "kill_in_wait" => kill_in_wait(&pe),
+        "rma_to_dead" => rma_to_dead(&pe),
         "bulk" => bulk(&pe),
         "global_exit" => global_exit(&pe),
         "link_cut" => link_cut(&pe),
