@@ -80,6 +80,12 @@ pub enum Error {
         /// Offset that was passed.
         offset: usize,
     },
+    /// A handle (or a view of it) used after its object was freed.
+    #[error("symmetric object at heap offset {offset:#x} was freed: this handle and every view of it are stale (use after free)")]
+    UseAfterFree {
+        /// Heap offset the stale handle names.
+        offset: usize,
+    },
     /// PEs called a collective with different arguments.
     #[error("collective `{op}` called with different arguments across PEs: {details}")]
     CollectiveMismatch {

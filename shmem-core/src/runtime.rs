@@ -10,7 +10,7 @@ use crate::bootstrap::{Bootstrap, PeerHealth};
 use crate::completion::{Completion, Handle};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::heap::{Allocator, Heap, MemfdHeap};
+use crate::heap::{Allocator, Generations, Heap, MemfdHeap};
 use crate::sym::{AtomicElement, AtomicInteger, Element, SymBuf, SymRef, SymSlice, WaitElement};
 use crate::topology::Topology;
 use crate::transport::{
@@ -55,6 +55,8 @@ pub struct Runtime {
     heap: Arc<dyn Heap>,
     bootstrap: Arc<dyn Bootstrap>,
     allocator: Mutex<Allocator>,
+    /// Generations of live allocations (use-after-free checks).
+    gens: Generations,
     topology: Topology,
     transports: Vec<Arc<dyn Transport>>,
     routes: Vec<u8>,
@@ -221,6 +223,7 @@ impl Runtime {
             heap,
             bootstrap,
             allocator: Mutex::new(Allocator::new(size)),
+            gens: Generations::new(),
             topology,
             transports,
             routes,
@@ -395,7 +398,24 @@ impl Runtime {
 
     fn check_slice<T: Element>(&self, s: &SymSlice<T>) -> Result<()> {
         self.check_instance(s.instance())?;
+        self.check_tag(s.tag(), s.offset())?;
         self.check_range(s.offset(), s.byte_len())
+    }
+
+    /// Errors if `tag` names an allocation that has been freed.
+    #[inline]
+    fn check_tag(&self, tag: u64, offset: usize) -> Result<()> {
+        if !self.gens.is_live(tag) {
+            return Err(Error::UseAfterFree { offset });
+        }
+        Ok(())
+    }
+
+    /// Instance and liveness of one element's handle.
+    #[inline]
+    fn check_ref<T: Element>(&self, r: &SymRef<T>) -> Result<()> {
+        self.check_instance(r.instance())?;
+        self.check_tag(r.tag(), r.offset())
     }
 
     fn check_atomic(&self, offset: usize, width: usize) -> Result<()> {
@@ -502,7 +522,9 @@ impl Runtime {
     pub fn free_bytes(&self, offset: usize) -> Result<()> {
         self.live()?;
         self.agree(CollectiveKind::Free, offset as u64, 0)?;
-        self.allocator().free(offset).map(|_| ())
+        self.allocator().free(offset)?;
+        self.gens.retire(offset);
+        Ok(())
     }
 
     /// Resizes the allocation at `offset`, keeping its contents (collective).
@@ -530,6 +552,8 @@ impl Runtime {
                 new
             }
         };
+        // Old handles are stale even when the block stayed in place.
+        self.gens.retire(offset);
         self.bootstrap.barrier()?;
         Ok(new)
     }
@@ -558,26 +582,44 @@ impl Runtime {
     pub fn calloc<T: Element>(&self, count: usize) -> Result<SymBuf<T>> {
         let bytes = elems_bytes::<T>(count)?;
         let off = self.calloc_bytes(bytes, std::mem::align_of::<T>())?;
-        Ok(SymBuf::from_raw_parts(off, count, self.instance))
+        Ok(self.tagged(off, count))
     }
 
     /// Allocates `count` elements of `T` aligned to `alignment` bytes (collective).
+    ///
+    /// # Errors
+    /// `alignment` is not a power of two (0 included), the heap is
+    /// exhausted, or the PEs disagree on the arguments.
     pub fn align_alloc<T: Element>(&self, alignment: usize, count: usize) -> Result<SymBuf<T>> {
+        if !alignment.is_power_of_two() {
+            return Err(Error::invalid(
+                "alignment",
+                format!("{alignment} is not a power of two"),
+            ));
+        }
         let bytes = elems_bytes::<T>(count)?;
         let off = self.malloc_bytes(bytes, alignment.max(std::mem::align_of::<T>()))?;
-        Ok(SymBuf::from_raw_parts(off, count, self.instance))
+        Ok(self.tagged(off, count))
+    }
+
+    /// A handle to the allocation just made at `offset`, with a fresh
+    /// generation tag.
+    fn tagged<T: Element>(&self, offset: usize, count: usize) -> SymBuf<T> {
+        SymBuf::from_raw_parts_tagged(offset, count, self.instance, self.gens.issue(offset))
     }
 
     /// Resizes a symmetric object to `count` elements, keeping its prefix (collective).
     pub fn realloc<T: Element>(&self, buf: SymBuf<T>, count: usize) -> Result<SymBuf<T>> {
         self.check_instance(buf.instance())?;
+        self.check_tag(buf.tag(), buf.offset())?;
         let off = self.realloc_bytes(buf.offset(), elems_bytes::<T>(count)?)?;
-        Ok(SymBuf::from_raw_parts(off, count, self.instance))
+        Ok(self.tagged(off, count))
     }
 
     /// Frees a symmetric object (collective).
     pub fn free<T: Element>(&self, buf: SymBuf<T>) -> Result<()> {
         self.check_instance(buf.instance())?;
+        self.check_tag(buf.tag(), buf.offset())?;
         self.free_bytes(buf.offset())
     }
 
@@ -783,13 +825,13 @@ impl Runtime {
 
     /// Writes one element.
     pub fn p<T: Element>(&self, dst: SymRef<T>, value: T, pe: PeId) -> Result<()> {
-        self.check_instance(dst.instance())?;
+        self.check_ref(&dst)?;
         self.put_bytes(pe, dst.offset(), as_bytes(std::slice::from_ref(&value)))
     }
 
     /// Reads one element.
     pub fn g<T: Element>(&self, src: SymRef<T>, pe: PeId) -> Result<T> {
-        self.check_instance(src.instance())?;
+        self.check_ref(&src)?;
         let mut v = std::mem::MaybeUninit::<T>::uninit();
         // SAFETY: a byte view of the uninitialised value, fully written by
         // get_bytes before being read (Element: every bit pattern is valid).
@@ -910,7 +952,7 @@ impl Runtime {
     }
 
     fn amo<T: AtomicElement>(&self, target: SymRef<T>, pe: PeId, op: AmoOp) -> Result<T> {
-        self.check_instance(target.instance())?;
+        self.check_ref(&target)?;
         self.atomic_raw(pe, target.offset(), T::WIDTH, op)
             .map(T::from_bits)
     }
@@ -1034,7 +1076,7 @@ impl Runtime {
     // ----- signals --------------------------------------------------------
 
     fn check_signal(&self, sig: SymRef<u64>) -> Result<()> {
-        self.check_instance(sig.instance())?;
+        self.check_ref(&sig)?;
         self.check_atomic(sig.offset(), 8)
     }
 
@@ -1191,6 +1233,7 @@ impl Runtime {
 
     /// Waits until this PE's `ivar <cmp> value`.
     pub fn wait_until<T: WaitElement>(&self, ivar: SymRef<T>, cmp: Cmp, value: T) -> Result<()> {
+        self.check_ref(&ivar)?;
         let p = self.wait_ptrs(SymSlice::<T>::from_raw_parts(
             ivar.offset(),
             1,
@@ -1201,6 +1244,7 @@ impl Runtime {
 
     /// Whether `ivar <cmp> value` holds now.
     pub fn test<T: WaitElement>(&self, ivar: SymRef<T>, cmp: Cmp, value: T) -> Result<bool> {
+        self.check_ref(&ivar)?;
         let p = self.wait_ptrs(SymSlice::<T>::from_raw_parts(
             ivar.offset(),
             1,
@@ -1401,6 +1445,7 @@ impl Runtime {
 
     /// Copies this PE's part of a symmetric object into a `Vec`.
     pub fn read_local<T: Element>(&self, src: impl Into<SymSlice<T>>) -> Result<Vec<T>> {
+        self.live()?;
         let src = src.into();
         self.check_slice(&src)?;
         let mut v = Vec::<T>::with_capacity(src.len());
@@ -1419,6 +1464,7 @@ impl Runtime {
 
     /// Copies `data` into this PE's part of a symmetric object.
     pub fn write_local<T: Element>(&self, dst: impl Into<SymSlice<T>>, data: &[T]) -> Result<()> {
+        self.live()?;
         let dst = dst.into();
         self.check_slice(&dst)?;
         fits(data.len(), dst.len())?;
@@ -1439,6 +1485,7 @@ impl Runtime {
     /// # Safety
     /// No other PE (or thread) may write the range while the slice lives.
     pub unsafe fn local_slice<T: Element>(&self, src: impl Into<SymSlice<T>>) -> Result<&[T]> {
+        self.live()?;
         let src = src.into();
         self.check_slice(&src)?;
         // SAFETY: in-heap range; element alignment holds because allocations
@@ -1458,6 +1505,7 @@ impl Runtime {
         &self,
         dst: impl Into<SymSlice<T>>,
     ) -> Result<&mut [T]> {
+        self.live()?;
         let dst = dst.into();
         self.check_slice(&dst)?;
         // SAFETY: as for `local_slice`; exclusivity is the caller's.
@@ -1505,6 +1553,7 @@ impl Runtime {
     ) -> Result<Option<NonNull<T>>> {
         let obj = obj.into();
         self.check_instance(obj.instance())?;
+        self.check_tag(obj.tag(), obj.offset())?;
         Ok(self.peer_ptr(obj.offset(), pe)?.map(|p| p.cast()))
     }
 

@@ -126,6 +126,11 @@ fn rma_to_a_killed_pe_fails_naming_it_on_every_engine() {
 }
 
 #[test]
+fn freed_handles_and_views_are_refused() {
+    at_sizes("stale_handles", &[1, 2, 4], &[]);
+}
+
+#[test]
 fn unknown_engine_lists_the_linked_ones() {
     let r = run_job(PE, 2, &["rma"], &[("SHMEM_TEST_ENGINE", "NOPE")]);
     assert!(!r.success());

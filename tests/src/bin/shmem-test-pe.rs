@@ -691,6 +691,60 @@ fn kill_in_wait(pe: &Shmem) -> Result<()> {
     }
 }
 
+/// Handles to freed objects, and views of them, are refused; so is local
+/// access after finalize and an alignment of 0.
+fn stale_handles(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let right = (me + 1) % n;
+    let a = pe.calloc::<u64>(16)?;
+    let view = a.slice(2..4)?;
+    let one = a.at(0)?;
+    let old_offset = a.offset();
+    pe.free(a)?;
+    const UAF: &str = "use after free";
+    expect_err(me, pe.put(view, &[1, 2], right), UAF)?;
+    let mut two = [0u64; 2];
+    expect_err(me, pe.get(&mut two, view, right), UAF)?;
+    expect_err(me, pe.read_local(view), UAF)?;
+    expect_err(me, pe.write_local(view, &[5, 6]), UAF)?;
+    expect_err(me, pe.p(one, 9, right), UAF)?;
+    expect_err(me, pe.atomic_fetch_add(one, 1, right), UAF)?;
+    expect_err(me, pe.test(one, Cmp::Eq, 0), UAF)?;
+    // The space is reused by the next allocation; stale views still fail
+    // and the new object works.
+    let b = pe.calloc::<u64>(16)?;
+    check!(
+        me,
+        b.offset() == old_offset,
+        "expected reuse of offset {old_offset:#x}, got {:#x}",
+        b.offset()
+    );
+    expect_err(me, pe.put(view, &[1, 2], right), UAF)?;
+    pe.put(b.slice(2..4)?, &[me as u64, 77], right)?;
+    pe.barrier_all()?;
+    let left = (me + n - 1) % n;
+    let got = pe.read_local(b.slice(..)?)?;
+    let mut want = vec![0u64; 16];
+    want[2] = left as u64;
+    want[3] = 77;
+    check!(me, got == want, "new object holds {got:?}, want {want:?}");
+    // realloc retires the old handle's views too.
+    let keep = b.slice(0..1)?;
+    let c = pe.realloc(b, 8)?;
+    expect_err(me, pe.read_local(keep), UAF)?;
+    check!(
+        me,
+        pe.read_local(c.slice(2..4)?)? == vec![left as u64, 77],
+        "realloc kept the prefix"
+    );
+    expect_err(me, pe.align_alloc::<u64>(0, 4), "alignment")?;
+    expect_err(me, pe.align_alloc::<u64>(24, 4), "alignment")?;
+    pe.finalize()?;
+    expect_err(me, pe.read_local(c.slice(..)?), "not initialized")?;
+    expect_err(me, pe.write_local(c.slice(0..1)?, &[1]), "not initialized")?;
+    std::process::exit(0)
+}
+
 /// PE 1 is killed; every other PE keeps reading from it until an operation
 /// fails, and then every kind of operation aimed at PE 1 (and `quiet`) must
 /// fail naming it, while operations on live PEs still work.
@@ -1317,6 +1371,7 @@ fn main() {
         "kill_in_barrier" => kill_in_barrier(&pe),
         "kill_in_wait" => kill_in_wait(&pe),
         "rma_to_dead" => rma_to_dead(&pe),
+        "stale_handles" => stale_handles(&pe),
         "bulk" => bulk(&pe),
         "global_exit" => global_exit(&pe),
         "link_cut" => link_cut(&pe),
