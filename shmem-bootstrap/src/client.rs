@@ -170,9 +170,10 @@ impl TcpBootstrap {
             leaving: AtomicBool::new(false),
         });
         let s2 = shared.clone();
+        let me = p.rank;
         let reader = std::thread::Builder::new()
             .name("shmem-bootstrap".into())
-            .spawn(move || reader_loop(reader_stream, s2))
+            .spawn(move || reader_loop(reader_stream, s2, me))
             .map_err(|e| Error::os("spawning the bootstrap reader", e))?;
         let bs = TcpBootstrap {
             rank: p.rank,
@@ -390,7 +391,7 @@ fn hello(p: &JoinParams, mut stream: TcpStream, deadline: Instant) -> Result<Opt
     }
 }
 
-fn reader_loop(mut stream: TcpStream, shared: Arc<Shared>) {
+fn reader_loop(mut stream: TcpStream, shared: Arc<Shared>, me: PeId) {
     loop {
         let frame = match read_frame(&mut stream) {
             Ok(Some(f)) => f,
@@ -439,9 +440,13 @@ fn reader_loop(mut stream: TcpStream, shared: Arc<Shared>) {
                 status,
                 message,
             } => {
-                eprintln!(
-                    "shmem: job aborted by PE {rank} (global_exit status {status}): {message}"
-                );
+                // The PE that aborted has said why; the others say only
+                // where to look, in one line.
+                if rank as usize != me {
+                    shmem_core::log::write_line(&format!(
+                        "shmem: PE {me}: stopping: the job was ended by PE {rank} (status {status}); see its message"
+                    ));
+                }
                 shared.fail(Failure::Aborted {
                     pe: rank as usize,
                     status,

@@ -60,6 +60,16 @@ struct State {
     kv: HashMap<Vec<u8>, Vec<u8>>,
     waiting: HashMap<Vec<u8>, Vec<usize>>,
     colls: HashMap<u64, Vec<Option<Vec<u8>>>>,
+    /// Failures in the order the store saw them: (rank, what).
+    failures: Vec<(usize, String)>,
+}
+
+impl State {
+    fn record_failure(&mut self, rank: usize, what: String) {
+        if !self.failures.iter().any(|(r, _)| *r == rank) {
+            self.failures.push((rank, what));
+        }
+    }
 }
 
 struct Shared {
@@ -138,6 +148,7 @@ impl StoreServer {
                 kv: HashMap::new(),
                 waiting: HashMap::new(),
                 colls: HashMap::new(),
+                failures: Vec::new(),
             }),
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -172,6 +183,14 @@ impl StoreServer {
         {
             mark_died(&mut st, rank, detail);
         }
+    }
+
+    /// The PE whose failure the store learned of first, by time: the first
+    /// to call global_exit or to drop its connection without leaving; with
+    /// what is known of it. Launchers name this PE rather than the first
+    /// one they happen to reap.
+    pub fn first_failure(&self) -> Option<(usize, String)> {
+        self.shared.lock().failures.first().cloned()
     }
 
     /// Waits until every member has left or died, or `timeout` passes.
@@ -248,6 +267,7 @@ fn broadcast(st: &mut State, reply: &Reply, except: Option<usize>) {
 }
 
 fn mark_died(st: &mut State, rank: usize, detail: &str) {
+    st.record_failure(rank, format!("exited: {detail}"));
     if let Some(s) = st.status.get_mut(rank) {
         *s = Membership::Died;
     }
@@ -527,6 +547,7 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
                 }
             }
             Request::Abort { status, message } => {
+                st.record_failure(rank, format!("ended the job (status {status}): {message}"));
                 broadcast(
                     &mut st,
                     &Reply::Abort {

@@ -57,12 +57,22 @@ pub(crate) fn fatal(name: &str, msg: &str) -> ! {
     let st = STATE.read().ok().and_then(|g| g.clone());
     match st {
         Some(st) => {
-            let line = format!("shmem: PE {}: {name}: {msg}", st.rt.my_pe());
-            eprintln!("{line}");
+            let me = st.rt.my_pe();
+            // A failure caused by another PE's death is that PE's story: say
+            // so in one line and leave without ending the job a second time
+            // (the launcher names the PE that died first).
+            if let Some((pe, detail)) = st.rt.dead_pes().first() {
+                shmem_core::log::write_line(&format!(
+                    "shmem: PE {me}: {name}: stopping: PE {pe} exited first ({detail})"
+                ));
+                std::process::exit(1)
+            }
+            let line = format!("shmem: PE {me}: {name}: {msg}");
+            shmem_core::log::write_line(&line);
             st.rt.global_exit(1, &line)
         }
         None => {
-            eprintln!("shmem: {name}: {msg}");
+            shmem_core::log::write_line(&format!("shmem: {name}: {msg}"));
             std::process::exit(1)
         }
     }
