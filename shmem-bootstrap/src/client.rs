@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shmem_core::{shmem_log, Bootstrap, Error, PeId, PeerHealth, Result};
+use shmem_core::{shmem_log, Activity, Bootstrap, Error, HangPolicy, PeId, PeerHealth, Result};
 
 use crate::protocol::{read_frame, write_frame, Reply, Request};
 use crate::store::StoreServer;
@@ -63,7 +63,20 @@ struct ClientState {
     watchers: Vec<Arc<PeerHealth>>,
 }
 
+/// The hang watch of one PE: which call it was seen in, since when.
+struct HangWatch {
+    activity: Arc<Activity>,
+    policy: HangPolicy,
+    generation: u64,
+    since: Instant,
+    probed: bool,
+}
+
 struct Shared {
+    /// Requests go out under this lock (the reader thread answers hang
+    /// queries too).
+    writer: Mutex<TcpStream>,
+    hang: Mutex<Option<HangWatch>>,
     state: Mutex<ClientState>,
     changed: Condvar,
     failed: AtomicBool,
@@ -73,6 +86,55 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, ClientState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn send_raw(&self, req: &Request) -> std::io::Result<()> {
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        write_frame(&mut *w, &req.encode())
+    }
+
+    fn hang_watch(&self) -> MutexGuard<'_, Option<HangWatch>> {
+        self.hang.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Called while this PE waits: once it has stayed in one call longer
+    /// than the hang-report delay, asks the store for a report (once per
+    /// call).
+    fn hang_check(&self) {
+        let mut guard = self.hang_watch();
+        let Some(h) = guard.as_mut() else { return };
+        if !h.activity.busy() {
+            return;
+        }
+        let generation = h.activity.generation();
+        let now = Instant::now();
+        if generation != h.generation {
+            (h.generation, h.since, h.probed) = (generation, now, false);
+            return;
+        }
+        if h.probed || now.duration_since(h.since) < h.policy.report_after {
+            return;
+        }
+        h.probed = true;
+        let quiet_ms = h.policy.report_after.as_millis().min(u64::MAX as u128) as u64;
+        drop(guard);
+        let _ = self.send_raw(&Request::HangProbe { quiet_ms });
+    }
+
+    /// What this PE is doing, for a hang report.
+    fn hang_state(&self) -> String {
+        let guard = self.hang_watch();
+        let Some(h) = guard.as_ref() else {
+            return "unknown (no hang watch)".into();
+        };
+        let st = h.activity.state();
+        match st.label {
+            Some(label) if st.generation == h.generation => {
+                format!("{label}, waiting {:.1} s", h.since.elapsed().as_secs_f64())
+            }
+            Some(label) => format!("{label}, just entered"),
+            None => "in no shmem call (computing, or blocked outside the library)".into(),
+        }
     }
     fn fail(&self, f: Failure) {
         let mut st = self.lock();
@@ -89,7 +151,6 @@ pub struct TcpBootstrap {
     rank: PeId,
     size: usize,
     store_addr: SocketAddr,
-    writer: Mutex<TcpStream>,
     shared: Arc<Shared>,
     seq: AtomicU64,
     timeout: Duration,
@@ -164,6 +225,8 @@ impl TcpBootstrap {
             .try_clone()
             .map_err(|e| Error::os("cloning the bootstrap socket", e))?;
         let shared = Arc::new(Shared {
+            writer: Mutex::new(stream),
+            hang: Mutex::new(None),
             state: Mutex::new(ClientState::default()),
             changed: Condvar::new(),
             failed: AtomicBool::new(false),
@@ -179,7 +242,6 @@ impl TcpBootstrap {
             rank: p.rank,
             size: p.nranks,
             store_addr: p.store_addr,
-            writer: Mutex::new(stream),
             shared,
             seq: AtomicU64::new(0),
             timeout: p.call_timeout,
@@ -203,8 +265,7 @@ impl TcpBootstrap {
     }
 
     fn send(&self, req: &Request) -> Result<()> {
-        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        write_frame(&mut *w, &req.encode()).map_err(|e| {
+        self.shared.send_raw(req).map_err(|e| {
             self.check_peers().err().unwrap_or_else(|| {
                 Error::os(
                     format!("writing to the config store at {}", self.store_addr),
@@ -237,12 +298,16 @@ impl TcpBootstrap {
                     secs: timeout.as_secs_f64(),
                 });
             }
+            // Wake now and then to see whether this wait needs a hang report.
             st = self
                 .shared
                 .changed
-                .wait_timeout(st, deadline - now)
+                .wait_timeout(st, (deadline - now).min(Duration::from_millis(200)))
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
+            drop(st);
+            self.shared.hang_check();
+            st = self.shared.lock();
         }
     }
 
@@ -459,9 +524,92 @@ fn reader_loop(mut stream: TcpStream, shared: Arc<Shared>, me: PeId) {
                 shared.changed.notify_all();
                 return;
             }
+            Reply::HangQuery { round } => {
+                let state = shared.hang_state();
+                let _ = shared.send_raw(&Request::HangState { round, state });
+            }
+            Reply::HangTable { rows, .. } => {
+                let (text, summary) = hang_table(me, &rows);
+                let abort = shared.hang_watch().as_ref().is_some_and(|h| h.policy.abort);
+                let mut text = text;
+                text.push_str(if abort {
+                    "shmem: ending the job (SHMEM_HANG_ABORT=1)"
+                } else {
+                    "shmem: the job goes on waiting (SHMEM_HANG_ABORT=1 would end it)"
+                });
+                shmem_core::log::write_line(&text);
+                if abort {
+                    let _ = shared.send_raw(&Request::Abort {
+                        status: 1,
+                        message: format!("hang report: {summary}"),
+                    });
+                }
+            }
             Reply::Welcome | Reply::Reject(_) => {}
         }
     }
+}
+
+/// The hang report printed by the PE that asked for it, and its one-line
+/// summary: every PE's state, then which PEs diverged.
+pub fn hang_table(me: PeId, rows: &[String]) -> (String, String) {
+    let mut text = format!("shmem: hang report (asked by PE {me}): what every PE is doing\n");
+    for (pe, r) in rows.iter().enumerate() {
+        text.push_str(&format!("  PE {pe:<4} {r}\n"));
+    }
+    // Group the PEs by the call they are in (without the time waited).
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (pe, r) in rows.iter().enumerate() {
+        let call = r.split(", ").next().unwrap_or(r).to_string();
+        match groups.iter_mut().find(|(c, _)| *c == call) {
+            Some((_, pes)) => pes.push(pe),
+            None => groups.push((call, vec![pe])),
+        }
+    }
+    let phrase = |call: &str, pes: &[usize]| {
+        let (who, one) = match pes {
+            [p] => (format!("PE {p}"), true),
+            many => (
+                format!(
+                    "PEs {}",
+                    many.iter()
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                false,
+            ),
+        };
+        match call.strip_prefix("has ") {
+            Some(rest) => format!("{who} {} {rest}", if one { "has" } else { "have" }),
+            None if call.starts_with("in ") => {
+                format!("{who} {} {call}", if one { "is" } else { "are" })
+            }
+            None => format!("{who} {} in {call}", if one { "is" } else { "are" }),
+        }
+    };
+    // Different collective calls (or numbers of them) can never meet: a
+    // mismatch. A PE outside every call may just be late.
+    let in_collectives = groups
+        .iter()
+        .filter(|(c, _)| !c.starts_with("in ") && !c.starts_with("has ") && c != "wait_until")
+        .count();
+    let parts = groups
+        .iter()
+        .map(|(call, pes)| phrase(call, pes))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let summary = if in_collectives > 1 {
+        format!("the PEs diverged (collective mismatch): {parts}")
+    } else if groups.len() > 1 {
+        format!("the PEs diverged: {parts}")
+    } else {
+        format!(
+            "no PE diverged: {parts}; unless that is expected, they wait for something no PE does (a put or signal never sent)"
+        )
+    };
+    text.push_str(&format!("shmem: {summary}\n"));
+    (text, summary)
 }
 
 impl Bootstrap for TcpBootstrap {
@@ -498,17 +646,28 @@ impl Bootstrap for TcpBootstrap {
         Ok(std::mem::take(&mut all[root]))
     }
     fn local_ip(&self) -> Option<std::net::IpAddr> {
-        let w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let w = self.shared.writer.lock().unwrap_or_else(|p| p.into_inner());
         w.local_addr().ok().map(|a| a.ip())
     }
     fn check_peers(&self) -> Result<()> {
         if !self.shared.failed.load(Ordering::Relaxed) {
+            self.shared.hang_check();
             return Ok(());
         }
         match &self.shared.lock().failure {
             Some(f) => Err(f.to_error()),
             None => Ok(()),
         }
+    }
+    fn watch_activity(&self, activity: Arc<Activity>, policy: HangPolicy) {
+        let generation = activity.generation();
+        *self.shared.hang_watch() = Some(HangWatch {
+            activity,
+            policy,
+            generation,
+            since: Instant::now(),
+            probed: false,
+        });
     }
     fn watch_peers(&self, health: Arc<PeerHealth>) {
         let mut st = self.shared.lock();
@@ -543,7 +702,7 @@ impl Bootstrap for TcpBootstrap {
                 );
             }
         }
-        let w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let w = self.shared.writer.lock().unwrap_or_else(|p| p.into_inner());
         let _ = w.shutdown(Shutdown::Both);
         drop(w);
         if let Some(h) = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
@@ -556,11 +715,45 @@ impl Bootstrap for TcpBootstrap {
 impl Drop for TcpBootstrap {
     fn drop(&mut self) {
         self.shared.leaving.store(true, Ordering::SeqCst);
-        if let Ok(w) = self.writer.lock() {
+        if let Ok(w) = self.shared.writer.lock() {
             let _ = w.shutdown(Shutdown::Both);
         }
         if let Some(h) = self.reader.lock().ok().and_then(|mut r| r.take()) {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hang_table;
+
+    #[test]
+    fn the_hang_table_names_the_pes_that_diverged() {
+        let rows = vec![
+            "malloc #3, waiting 10.2 s".to_string(),
+            "barrier #7 (team WORLD), waiting 10.0 s".to_string(),
+            "barrier #7 (team WORLD), waiting 10.1 s".to_string(),
+            "has exited".to_string(),
+        ];
+        let (text, summary) = hang_table(1, &rows);
+        assert_eq!(
+            summary,
+            "the PEs diverged (collective mismatch): PE 0 is in malloc #3; PEs 1, 2 are in barrier #7 (team WORLD); PE 3 has exited"
+        );
+        assert!(
+            text.contains("  PE 0    malloc #3, waiting 10.2 s\n"),
+            "{text}"
+        );
+        assert!(
+            text.starts_with("shmem: hang report (asked by PE 1)"),
+            "{text}"
+        );
+        let same = vec!["barrier #2 (team WORLD), waiting 3.0 s".to_string(); 2];
+        let (_, summary) = hang_table(0, &same);
+        assert!(
+            summary.starts_with("no PE diverged: PEs 0, 1 are in barrier #2 (team WORLD)"),
+            "{summary}"
+        );
     }
 }

@@ -56,6 +56,20 @@ pub enum Request {
     },
     /// Leaving cleanly.
     Bye,
+    /// This PE has been in one call longer than its hang-report delay: ask
+    /// every PE what it is doing (unless a report ran in the last
+    /// `quiet_ms` milliseconds).
+    HangProbe {
+        /// Minimum distance between two reports.
+        quiet_ms: u64,
+    },
+    /// Answer to [`Reply::HangQuery`]: what this PE is doing.
+    HangState {
+        /// Report round.
+        round: u64,
+        /// The call it is in, or that it is in none.
+        state: String,
+    },
 }
 
 /// Store to client.
@@ -97,6 +111,18 @@ pub enum Reply {
     },
     /// BYE acknowledged.
     ByeOk,
+    /// Every PE: say what you are doing ([`Request::HangState`]).
+    HangQuery {
+        /// Report round.
+        round: u64,
+    },
+    /// To the PE whose probe started the round: every PE's state, by rank.
+    HangTable {
+        /// Report round.
+        round: u64,
+        /// State of each rank.
+        rows: Vec<String>,
+    },
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
@@ -180,6 +206,15 @@ impl Request {
                 put_bytes(&mut o, message.as_bytes());
             }
             Request::Bye => o.push(6),
+            Request::HangProbe { quiet_ms } => {
+                o.push(7);
+                o.extend_from_slice(&quiet_ms.to_le_bytes());
+            }
+            Request::HangState { round, state } => {
+                o.push(8);
+                o.extend_from_slice(&round.to_le_bytes());
+                put_bytes(&mut o, state.as_bytes());
+            }
         }
         o
     }
@@ -215,6 +250,11 @@ impl Request {
                 message: c.string()?,
             },
             6 => Request::Bye,
+            7 => Request::HangProbe { quiet_ms: c.u64()? },
+            8 => Request::HangState {
+                round: c.u64()?,
+                state: c.string()?,
+            },
             k => return Err(bad(&format!("unknown request kind {k}"))),
         })
     }
@@ -259,6 +299,18 @@ impl Reply {
                 put_bytes(&mut o, message.as_bytes());
             }
             Reply::ByeOk => o.push(107),
+            Reply::HangQuery { round } => {
+                o.push(108);
+                o.extend_from_slice(&round.to_le_bytes());
+            }
+            Reply::HangTable { round, rows } => {
+                o.push(109);
+                o.extend_from_slice(&round.to_le_bytes());
+                o.extend_from_slice(&(rows.len() as u32).to_le_bytes());
+                for r in rows {
+                    put_bytes(&mut o, r.as_bytes());
+                }
+            }
         }
         o
     }
@@ -293,6 +345,16 @@ impl Reply {
                 message: c.string()?,
             },
             107 => Reply::ByeOk,
+            108 => Reply::HangQuery { round: c.u64()? },
+            109 => {
+                let round = c.u64()?;
+                let n = c.u32()? as usize;
+                let mut rows = Vec::with_capacity(n.min(1 << 16));
+                for _ in 0..n {
+                    rows.push(c.string()?);
+                }
+                Reply::HangTable { round, rows }
+            }
             k => return Err(bad(&format!("unknown reply kind {k}"))),
         })
     }
@@ -388,6 +450,11 @@ mod tests {
                 message: "boom".into(),
             },
             Request::Bye,
+            Request::HangProbe { quiet_ms: 10_000 },
+            Request::HangState {
+                round: 2,
+                state: "barrier #7 (team WORLD)".into(),
+            },
         ] {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         }
@@ -416,6 +483,11 @@ mod tests {
                 message: "m".into(),
             },
             Reply::ByeOk,
+            Reply::HangQuery { round: 3 },
+            Reply::HangTable {
+                round: 3,
+                rows: vec!["malloc #3".into(), "exited".into()],
+            },
         ] {
             assert_eq!(Reply::decode(&r.encode()).unwrap(), r);
         }

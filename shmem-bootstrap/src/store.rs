@@ -62,6 +62,12 @@ struct State {
     colls: HashMap<u64, Vec<Option<Vec<u8>>>>,
     /// Failures in the order the store saw them: (rank, what).
     failures: Vec<(usize, String)>,
+    /// Hang reports started so far.
+    hang_rounds: u64,
+    /// The report being gathered: round, the PE that asked, states by rank.
+    hang: Option<(u64, usize, Vec<Option<String>>)>,
+    /// No new report before this (a few stuck PEs ask at about the same time).
+    hang_quiet_until: Option<Instant>,
 }
 
 impl State {
@@ -149,6 +155,9 @@ impl StoreServer {
                 waiting: HashMap::new(),
                 colls: HashMap::new(),
                 failures: Vec::new(),
+                hang_rounds: 0,
+                hang: None,
+                hang_quiet_until: None,
             }),
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -266,8 +275,60 @@ fn broadcast(st: &mut State, reply: &Reply, except: Option<usize>) {
     }
 }
 
+/// Starts a hang report for `prober` unless one runs or ran recently.
+fn start_hang_report(st: &mut State, prober: usize, quiet: Duration) {
+    let now = Instant::now();
+    if st.hang.is_some() || st.hang_quiet_until.is_some_and(|t| now < t) {
+        return;
+    }
+    st.hang_rounds += 1;
+    let round = st.hang_rounds;
+    let rows = st
+        .status
+        .iter()
+        .map(|s| match s {
+            Membership::Joined => None,
+            Membership::Left => Some("has finalized (left the job)".to_string()),
+            Membership::Died => Some("has exited".to_string()),
+            Membership::Absent => Some("has not joined".to_string()),
+        })
+        .collect();
+    st.hang = Some((round, prober, rows));
+    st.hang_quiet_until = Some(now + quiet);
+    broadcast(st, &Reply::HangQuery { round }, None);
+    finish_hang_report(st);
+}
+
+/// Records `rank`'s state in the running report (if it is `round`).
+fn hang_answer(st: &mut State, round: Option<u64>, rank: usize, state: String) {
+    if let Some((r, _, rows)) = st.hang.as_mut() {
+        if round.is_none_or(|x| x == *r) {
+            if let Some(slot) = rows.get_mut(rank) {
+                slot.get_or_insert(state);
+            }
+        }
+    }
+    finish_hang_report(st);
+}
+
+/// Sends the table to the PE that asked once every PE has answered.
+fn finish_hang_report(st: &mut State) {
+    let complete = st
+        .hang
+        .as_ref()
+        .is_some_and(|(_, _, rows)| rows.iter().all(Option::is_some));
+    if !complete {
+        return;
+    }
+    if let Some((round, prober, rows)) = st.hang.take() {
+        let rows = rows.into_iter().map(Option::unwrap_or_default).collect();
+        send(st, prober, &Reply::HangTable { round, rows });
+    }
+}
+
 fn mark_died(st: &mut State, rank: usize, detail: &str) {
     st.record_failure(rank, format!("exited: {detail}"));
+    hang_answer(st, None, rank, "has exited".into());
     if let Some(s) = st.status.get_mut(rank) {
         *s = Membership::Died;
     }
@@ -558,7 +619,14 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
                     None,
                 );
             }
+            Request::HangProbe { quiet_ms } => {
+                start_hang_report(&mut st, rank, Duration::from_millis(quiet_ms));
+            }
+            Request::HangState { round, state } => {
+                hang_answer(&mut st, Some(round), rank, state);
+            }
             Request::Bye => {
+                hang_answer(&mut st, None, rank, "has finalized (left the job)".into());
                 send(&mut st, rank, &Reply::ByeOk);
                 st.status[rank] = Membership::Left;
                 st.members[rank] = None;

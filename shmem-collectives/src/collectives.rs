@@ -170,6 +170,8 @@ pub(crate) struct Call<'a> {
     pub(crate) me: usize,
     /// Team size.
     pub(crate) n: usize,
+    /// Records the call for the hang report while it runs.
+    _in_call: shmem_core::ActivityGuard<'a>,
 }
 
 impl Call<'_> {
@@ -458,13 +460,19 @@ impl Collectives {
         describe: &dyn Fn() -> String,
     ) -> Result<Call<'a>> {
         self.check_team(team)?;
+        let state = team.lock_state();
+        let in_call = self
+            .rt
+            .activity()
+            .enter(op, team.hang_label(), state.seq + 1);
         let mut call = Call {
             coll: self,
             rt: &self.rt,
             team,
-            state: team.lock_state(),
+            state,
             me: team.my_pe(),
             n: team.n_pes(),
+            _in_call: in_call,
         };
         let mine = match local {
             Ok(()) => desc.value(),

@@ -1,7 +1,8 @@
 //! The control-plane contract: how PEs find each other and exchange small data.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::PeId;
@@ -87,6 +88,142 @@ impl PeerHealth {
     }
 }
 
+/// What this PE is blocked in, for the hang report: the outermost
+/// collective, allocation or wait it has entered. Entering costs a few
+/// atomic stores (a sequence lock); the control plane reads it from another
+/// thread.
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// Nesting depth of entered calls (only the outermost is recorded).
+    depth: AtomicUsize,
+    /// Sequence lock over the fields below: odd while they are written,
+    /// bumped by two on every outermost entry, so a watcher that sees the
+    /// same even value far apart knows the PE stayed in one call.
+    generation: AtomicU64,
+    call_ptr: AtomicPtr<u8>,
+    call_len: AtomicUsize,
+    team_ptr: AtomicPtr<u8>,
+    team_len: AtomicUsize,
+    seq: AtomicU64,
+}
+
+/// Leaves the call entered with [`Activity::enter`] when dropped.
+#[derive(Debug)]
+pub struct ActivityGuard<'a>(&'a Activity);
+
+impl Drop for ActivityGuard<'_> {
+    fn drop(&mut self) {
+        self.0.depth.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// A snapshot of [`Activity`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActivityState {
+    /// Changes whenever the PE enters a new outermost call.
+    pub generation: u64,
+    /// `call #seq (team T)`, or `None` when the PE is in no blocking call.
+    pub label: Option<String>,
+}
+
+impl Activity {
+    /// Nothing entered yet.
+    pub fn new() -> Activity {
+        Activity::default()
+    }
+
+    /// Records entry into `call` number `seq` (on `team`, if not empty).
+    /// Only the outermost call is recorded; the guard leaves it.
+    #[inline]
+    pub fn enter(&self, call: &'static str, team: &'static str, seq: u64) -> ActivityGuard<'_> {
+        if self.depth.fetch_add(1, Ordering::AcqRel) == 0 {
+            let g = self.generation.load(Ordering::Relaxed);
+            self.generation.store(g | 1, Ordering::Relaxed);
+            fence(Ordering::Release);
+            self.call_ptr
+                .store(call.as_ptr() as *mut u8, Ordering::Relaxed);
+            self.call_len.store(call.len(), Ordering::Relaxed);
+            self.team_ptr
+                .store(team.as_ptr() as *mut u8, Ordering::Relaxed);
+            self.team_len.store(team.len(), Ordering::Relaxed);
+            self.seq.store(seq, Ordering::Relaxed);
+            self.generation.store((g | 1) + 1, Ordering::Release);
+        }
+        ActivityGuard(self)
+    }
+
+    /// Changes whenever the PE enters a new outermost call.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire) & !1
+    }
+
+    /// Whether the PE is inside a recorded call (one relaxed load).
+    #[inline]
+    pub fn busy(&self) -> bool {
+        self.depth.load(Ordering::Relaxed) != 0
+    }
+
+    /// What the PE is in now.
+    pub fn state(&self) -> ActivityState {
+        loop {
+            let g = self.generation.load(Ordering::Acquire);
+            let busy = self.depth.load(Ordering::Acquire) != 0;
+            let fields = (
+                self.call_ptr.load(Ordering::Relaxed),
+                self.call_len.load(Ordering::Relaxed),
+                self.team_ptr.load(Ordering::Relaxed),
+                self.team_len.load(Ordering::Relaxed),
+                self.seq.load(Ordering::Relaxed),
+            );
+            fence(Ordering::Acquire);
+            if g & 1 == 1 || self.generation.load(Ordering::Relaxed) != g {
+                std::hint::spin_loop();
+                continue;
+            }
+            let (cp, cl, tp, tl, seq) = fields;
+            if !busy || cp.is_null() {
+                return ActivityState {
+                    generation: g,
+                    label: None,
+                };
+            }
+            // SAFETY: a consistent snapshot (the sequence lock held still)
+            // of pointer and length pairs taken from `&'static str`s.
+            let (call, team) = unsafe {
+                (
+                    std::str::from_utf8_unchecked(std::slice::from_raw_parts(cp, cl)),
+                    if tp.is_null() {
+                        ""
+                    } else {
+                        std::str::from_utf8_unchecked(std::slice::from_raw_parts(tp, tl))
+                    },
+                )
+            };
+            let mut label = call.to_string();
+            if seq != 0 {
+                label.push_str(&format!(" #{seq}"));
+            }
+            if !team.is_empty() {
+                label.push_str(&format!(" (team {team})"));
+            }
+            return ActivityState {
+                generation: g,
+                label: Some(label),
+            };
+        }
+    }
+}
+
+/// When and how the control plane reports a PE stuck in one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HangPolicy {
+    /// Report after this long in one call (`SHMEM_HANG_REPORT`).
+    pub report_after: Duration,
+    /// End the job after printing the report (`SHMEM_HANG_ABORT`).
+    pub abort: bool,
+}
+
 /// Control plane of one job: rank, size and a few slow collectives over bytes.
 ///
 /// Implementations must bound every call by a timeout, and must fail fast
@@ -135,6 +272,13 @@ pub trait Bootstrap: Send + Sync {
     fn watch_peers(&self, health: std::sync::Arc<PeerHealth>) {
         let _ = health;
     }
+    /// Asks the control plane to watch `activity` and, when this PE stays
+    /// in one call longer than `policy.report_after`, to have every PE
+    /// report what it is doing and one PE print the table. The default does
+    /// nothing (no hang report).
+    fn watch_activity(&self, activity: std::sync::Arc<Activity>, policy: HangPolicy) {
+        let _ = (activity, policy);
+    }
 }
 
 #[cfg(test)]
@@ -156,5 +300,25 @@ mod tests {
         assert!(e.contains("PE 2 exited"), "{e}");
         h.mark_finalized();
         assert!(matches!(h.check(Some(1)), Err(Error::NotInitialized)));
+    }
+
+    #[test]
+    fn activity_records_the_outermost_call() {
+        let a = Activity::new();
+        assert_eq!(a.state().label, None);
+        {
+            let _outer = a.enter("barrier", "WORLD", 7);
+            let g = a.state().generation;
+            {
+                let _inner = a.enter("wait_until", "", 1);
+                assert_eq!(a.state().label.as_deref(), Some("barrier #7 (team WORLD)"));
+                assert_eq!(a.state().generation, g);
+            }
+            assert!(a.busy());
+        }
+        assert!(!a.busy());
+        assert_eq!(a.state().label, None);
+        let _w = a.enter("wait_until", "", 2);
+        assert_eq!(a.state().label.as_deref(), Some("wait_until #2"));
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::bootstrap::{Bootstrap, PeerHealth};
+use crate::bootstrap::{Activity, Bootstrap, HangPolicy, PeerHealth};
 use crate::completion::{Completion, Handle};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -69,6 +69,10 @@ pub struct Runtime {
     finalized: AtomicBool,
     /// Dead PEs and finalize, one relaxed load on every operation.
     health: Arc<PeerHealth>,
+    /// The blocking call this PE is in (hang report).
+    activity: Arc<Activity>,
+    /// Allocation collectives run so far (their number in the hang report).
+    alloc_seq: std::sync::atomic::AtomicU64,
 }
 
 // SAFETY: `base` points into `heap`, which is Send + Sync and outlives the
@@ -233,8 +237,19 @@ impl Runtime {
             policy,
             finalized: AtomicBool::new(false),
             health: Arc::new(PeerHealth::new()),
+            activity: Arc::new(Activity::new()),
+            alloc_seq: std::sync::atomic::AtomicU64::new(0),
         };
         rt.bootstrap.watch_peers(rt.health.clone());
+        if !rt.config.hang_report.is_zero() {
+            rt.bootstrap.watch_activity(
+                rt.activity.clone(),
+                HangPolicy {
+                    report_after: rt.config.hang_report,
+                    abort: rt.config.hang_abort,
+                },
+            );
+        }
         shmem_log!(
             Info,
             "PE {my_pe}/{n_pes}: heap {size} bytes, routes {}",
@@ -326,6 +341,12 @@ impl Runtime {
             self.health.check(Some(pe))?;
         }
         Ok(())
+    }
+
+    /// What this PE is blocked in, for the hang report (collectives record
+    /// their calls here).
+    pub fn activity(&self) -> &Activity {
+        &self.activity
     }
 
     /// The PEs the control plane has reported dead, with what is known of how.
@@ -456,6 +477,13 @@ impl Runtime {
     // ----- memory management (collective) --------------------------------
 
     fn agree(&self, kind: CollectiveKind, a: u64, b: u64) -> Result<()> {
+        let call = match kind {
+            CollectiveKind::Malloc => "malloc",
+            CollectiveKind::Free => "free",
+            CollectiveKind::Realloc => "realloc",
+        };
+        let seq = self.alloc_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let _in_call = self.activity.enter(call, "", seq);
         let mut msg = [0u8; 17];
         msg[0] = kind as u8;
         msg[1..9].copy_from_slice(&a.to_le_bytes());
@@ -1181,13 +1209,19 @@ impl Runtime {
     /// when a PE exits, the job is aborted, or `SHMEM_WAIT_TIMEOUT` passes.
     pub fn wait_for(&self, ready: impl FnMut() -> bool) -> Result<()> {
         let bs = &self.bootstrap;
+        // Recorded for the hang report once the wait starts sleeping (free
+        // on the fast path); a collective's own entry takes precedence.
+        let mut in_call = None;
         // SAFETY: the control block sits at offset 0 of our live heap.
         unsafe {
             wait::wait_until(
                 self.control_block(),
                 self.policy,
                 ready,
-                || bs.check_peers(),
+                || {
+                    in_call.get_or_insert_with(|| self.activity.enter("wait_until", "", 0));
+                    bs.check_peers()
+                },
                 |d| Error::Timeout {
                     what: "wait on symmetric memory (SHMEM_WAIT_TIMEOUT)".into(),
                     secs: d.as_secs_f64(),

@@ -130,6 +130,70 @@ fn freed_handles_and_views_are_refused() {
     at_sizes("stale_handles", &[1, 2, 4], &[]);
 }
 
+/// Runs `hang_mismatch` on `n` PEs with `env`; the job's report and the
+/// PEs' stderr.
+fn hang_job(n: usize, env: &[(&str, &str)], name: &str) -> (shmem_tests::JobReport, String) {
+    let log =
+        std::env::temp_dir().join(format!("shmem-hang-{name}-{n}-{}.txt", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let mut env: Vec<(&str, &str)> = env.to_vec();
+    let path = log.to_string_lossy().into_owned();
+    env.push(("HANG_LOG", &path));
+    let r = run_job(PE, n, &["hang_mismatch"], &env);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    (r, text)
+}
+
+#[test]
+fn a_collective_mismatch_is_reported_as_a_hang_table_and_can_end_the_job() {
+    for n in [2, 4] {
+        let (r, text) = hang_job(
+            n,
+            &[("SHMEM_HANG_REPORT", "1"), ("SHMEM_HANG_ABORT", "1")],
+            "abort",
+        );
+        assert!(!r.success() && !r.timed_out, "{r:?}\n{text}");
+        assert_eq!(text.matches("shmem: hang report").count(), 1, "{text}");
+        let others = (1..n).map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+        let others = if n == 2 {
+            "PE 1 is".to_string()
+        } else {
+            format!("PEs {others} are")
+        };
+        let want = "the PEs diverged (collective mismatch): PE 0 is in malloc #";
+        assert!(text.contains(want), "want {want:?} in:\n{text}");
+        let want = format!("; {others} in barrier #");
+        assert!(text.contains(&want), "want {want:?} in:\n{text}");
+        assert!(text.contains("(team WORLD)"), "{text}");
+        assert!(
+            text.contains("ending the job (SHMEM_HANG_ABORT=1)"),
+            "{text}"
+        );
+        assert_eq!(r.exit_code(), 1, "{r:?}");
+    }
+}
+
+#[test]
+fn without_hang_abort_the_report_is_printed_once_and_the_job_waits_on() {
+    // The waits end by their own timeouts after the report.
+    let (r, text) = hang_job(
+        2,
+        &[
+            ("SHMEM_HANG_REPORT", "1"),
+            ("SHMEM_WAIT_TIMEOUT", "4"),
+            ("SHMEM_BOOTSTRAP_TIMEOUT", "4"),
+        ],
+        "wait",
+    );
+    assert!(!r.success() && !r.timed_out, "{r:?}\n{text}");
+    assert_eq!(text.matches("shmem: hang report").count(), 1, "{text}");
+    assert!(text.contains("PE 0 is in malloc #"), "{text}");
+    assert!(text.contains("; PE 1 is in barrier #"), "{text}");
+    assert!(text.contains("the job goes on waiting"), "{text}");
+    assert!(text.contains("timed out"), "{text}");
+}
+
 #[test]
 fn unknown_engine_lists_the_linked_ones() {
     let r = run_job(PE, 2, &["rma"], &[("SHMEM_TEST_ENGINE", "NOPE")]);

@@ -691,6 +691,41 @@ fn kill_in_wait(pe: &Shmem) -> Result<()> {
     }
 }
 
+/// Sends this process's stderr to the file named by `HANG_LOG` (appending,
+/// so every PE's lines land in one file the test reads).
+fn stderr_to_log() -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let Ok(path) = std::env::var("HANG_LOG") else {
+        return Ok(());
+    };
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| Error::os(format!("opening {path}"), e))?;
+    // SAFETY: dup2 onto fd 2 of two open descriptors.
+    if unsafe { libc::dup2(f.as_raw_fd(), 2) } < 0 {
+        return Err(Error::os("dup2", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// PE 0 allocates while the others enter a barrier: a deadlock the hang
+/// report must explain.
+fn hang_mismatch(pe: &Shmem) -> Result<()> {
+    stderr_to_log()?;
+    pe.barrier_all()?;
+    if pe.my_pe() == 0 {
+        let _stuck = pe.calloc::<u64>(4)?;
+    } else {
+        pe.barrier_all()?;
+    }
+    Err(Error::invalid(
+        "check",
+        format!("PE {}: the mismatched calls returned", pe.my_pe()),
+    ))
+}
+
 /// Handles to freed objects, and views of them, are refused; so is local
 /// access after finalize and an alignment of 0.
 fn stale_handles(pe: &Shmem) -> Result<()> {
@@ -1372,6 +1407,7 @@ fn main() {
         "kill_in_wait" => kill_in_wait(&pe),
         "rma_to_dead" => rma_to_dead(&pe),
         "stale_handles" => stale_handles(&pe),
+        "hang_mismatch" => hang_mismatch(&pe),
         "bulk" => bulk(&pe),
         "global_exit" => global_exit(&pe),
         "link_cut" => link_cut(&pe),
