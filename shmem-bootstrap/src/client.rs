@@ -61,6 +61,8 @@ struct ClientState {
     dead: Vec<(usize, String)>,
     /// Data-plane records to mark when a PE dies.
     watchers: Vec<Arc<PeerHealth>>,
+    /// Summary of the last hang report.
+    last_hang: Option<String>,
 }
 
 /// The hang watch of one PE: which call it was seen in, since when.
@@ -293,10 +295,17 @@ impl TcpBootstrap {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::Timeout {
-                    what: format!("PE {}: {what} ({governed_by})", self.rank),
+                let mut what = format!("PE {}: {what} ({governed_by})", self.rank);
+                if let Some(h) = &st.last_hang {
+                    what.push_str(&format!("; last hang report: {h}"));
+                }
+                drop(st);
+                let e = Error::Timeout {
+                    what,
                     secs: timeout.as_secs_f64(),
-                });
+                };
+                self.note_failure(&e.to_string());
+                return Err(e);
             }
             // Wake now and then to see whether this wait needs a hang report.
             st = self
@@ -373,6 +382,12 @@ impl TcpBootstrap {
             st.values.get(key).cloned()
         })
     }
+}
+
+/// Key under which a PE leaves the reason it is failing (see
+/// [`Bootstrap::note_failure`]); the store cites it if the PE then exits.
+pub fn failure_key(rank: PeId) -> Vec<u8> {
+    format!("shmem/failure/{rank}").into_bytes()
 }
 
 /// The variable that bounds control-plane calls after start-up.
@@ -528,8 +543,12 @@ fn reader_loop(mut stream: TcpStream, shared: Arc<Shared>, me: PeId) {
                 let state = shared.hang_state();
                 let _ = shared.send_raw(&Request::HangState { round, state });
             }
-            Reply::HangTable { rows, .. } => {
-                let (text, summary) = hang_table(me, &rows);
+            Reply::HangTable { rows, prober, .. } => {
+                let (text, summary) = hang_table(prober as usize, &rows);
+                shared.lock().last_hang = Some(summary.clone());
+                if prober as usize != me {
+                    continue;
+                }
                 let abort = shared.hang_watch().as_ref().is_some_and(|h| h.policy.abort);
                 let mut text = text;
                 text.push_str(if abort {
@@ -560,7 +579,12 @@ pub fn hang_table(me: PeId, rows: &[String]) -> (String, String) {
     // Group the PEs by the call they are in (without the time waited).
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
     for (pe, r) in rows.iter().enumerate() {
-        let call = r.split(", ").next().unwrap_or(r).to_string();
+        let call = r
+            .split(", waiting ")
+            .next()
+            .and_then(|c| c.split(", just entered").next())
+            .unwrap_or(r)
+            .to_string();
         match groups.iter_mut().find(|(c, _)| *c == call) {
             Some((_, pes)) => pes.push(pe),
             None => groups.push((call, vec![pe])),
@@ -667,6 +691,15 @@ impl Bootstrap for TcpBootstrap {
             generation,
             since: Instant::now(),
             probed: false,
+        });
+    }
+    fn hang_summary(&self) -> Option<String> {
+        self.shared.lock().last_hang.clone()
+    }
+    fn note_failure(&self, what: &str) {
+        let _ = self.shared.send_raw(&Request::Set {
+            key: failure_key(self.rank),
+            value: what.as_bytes().to_vec(),
         });
     }
     fn watch_peers(&self, health: Arc<PeerHealth>) {

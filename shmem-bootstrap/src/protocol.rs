@@ -116,10 +116,13 @@ pub enum Reply {
         /// Report round.
         round: u64,
     },
-    /// To the PE whose probe started the round: every PE's state, by rank.
+    /// To every PE: each PE's state, by rank; the PE whose probe started the
+    /// round prints it.
     HangTable {
         /// Report round.
         round: u64,
+        /// The PE that asked.
+        prober: u32,
         /// State of each rank.
         rows: Vec<String>,
     },
@@ -303,9 +306,14 @@ impl Reply {
                 o.push(108);
                 o.extend_from_slice(&round.to_le_bytes());
             }
-            Reply::HangTable { round, rows } => {
+            Reply::HangTable {
+                round,
+                prober,
+                rows,
+            } => {
                 o.push(109);
                 o.extend_from_slice(&round.to_le_bytes());
+                o.extend_from_slice(&prober.to_le_bytes());
                 o.extend_from_slice(&(rows.len() as u32).to_le_bytes());
                 for r in rows {
                     put_bytes(&mut o, r.as_bytes());
@@ -348,12 +356,17 @@ impl Reply {
             108 => Reply::HangQuery { round: c.u64()? },
             109 => {
                 let round = c.u64()?;
+                let prober = c.u32()?;
                 let n = c.u32()? as usize;
                 let mut rows = Vec::with_capacity(n.min(1 << 16));
                 for _ in 0..n {
                     rows.push(c.string()?);
                 }
-                Reply::HangTable { round, rows }
+                Reply::HangTable {
+                    round,
+                    prober,
+                    rows,
+                }
             }
             k => return Err(bad(&format!("unknown reply kind {k}"))),
         })
@@ -486,7 +499,8 @@ mod tests {
             Reply::HangQuery { round: 3 },
             Reply::HangTable {
                 round: 3,
-                rows: vec!["malloc #3".into(), "exited".into()],
+                prober: 1,
+                rows: vec!["malloc #3".into(), "has exited".into()],
             },
         ] {
             assert_eq!(Reply::decode(&r.encode()).unwrap(), r);

@@ -68,6 +68,8 @@ struct State {
     hang: Option<(u64, usize, Vec<Option<String>>)>,
     /// No new report before this (a few stuck PEs ask at about the same time).
     hang_quiet_until: Option<Instant>,
+    /// PEs that did not answer the last hang report.
+    unresponsive: Vec<usize>,
 }
 
 impl State {
@@ -158,6 +160,7 @@ impl StoreServer {
                 hang_rounds: 0,
                 hang: None,
                 hang_quiet_until: None,
+                unresponsive: Vec::new(),
             }),
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -276,11 +279,16 @@ fn broadcast(st: &mut State, reply: &Reply, except: Option<usize>) {
 }
 
 /// Starts a hang report for `prober` unless one runs or ran recently.
-fn start_hang_report(st: &mut State, prober: usize, quiet: Duration) {
+fn start_hang_report(st: &mut State, prober: usize, quiet: Duration, shared: Arc<Shared>) {
     let now = Instant::now();
     if st.hang.is_some() || st.hang_quiet_until.is_some_and(|t| now < t) {
+        shmem_log!(
+            Debug,
+            "config store: hang probe from PE {prober} ignored (a report ran recently)"
+        );
         return;
     }
+    shmem_log!(Debug, "config store: hang report asked by PE {prober}");
     st.hang_rounds += 1;
     let round = st.hang_rounds;
     let rows = st
@@ -296,7 +304,18 @@ fn start_hang_report(st: &mut State, prober: usize, quiet: Duration) {
     st.hang = Some((round, prober, rows));
     st.hang_quiet_until = Some(now + quiet);
     broadcast(st, &Reply::HangQuery { round }, None);
-    finish_hang_report(st);
+    finish_hang_report(st, false);
+    // A stopped or wedged PE never answers: close the round without it.
+    let wait = quiet.clamp(Duration::from_millis(200), Duration::from_secs(5));
+    let _ = std::thread::Builder::new()
+        .name("shmem-store-hang".into())
+        .spawn(move || {
+            std::thread::sleep(wait);
+            let mut st = shared.lock();
+            if st.hang.as_ref().is_some_and(|h| h.0 == round) {
+                finish_hang_report(&mut st, true);
+            }
+        });
 }
 
 /// Records `rank`'s state in the running report (if it is `round`).
@@ -308,25 +327,62 @@ fn hang_answer(st: &mut State, round: Option<u64>, rank: usize, state: String) {
             }
         }
     }
-    finish_hang_report(st);
+    finish_hang_report(st, false);
 }
 
-/// Sends the table to the PE that asked once every PE has answered.
-fn finish_hang_report(st: &mut State) {
+/// Sends the table to every PE once every PE has answered (or, with
+/// `now`, at once, naming the PEs that did not answer).
+fn finish_hang_report(st: &mut State, now: bool) {
     let complete = st
         .hang
         .as_ref()
         .is_some_and(|(_, _, rows)| rows.iter().all(Option::is_some));
-    if !complete {
+    if !complete && !now {
         return;
     }
     if let Some((round, prober, rows)) = st.hang.take() {
-        let rows = rows.into_iter().map(Option::unwrap_or_default).collect();
-        send(st, prober, &Reply::HangTable { round, rows });
+        st.unresponsive = (0..rows.len()).filter(|&r| rows[r].is_none()).collect();
+        let rows = rows
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| "has not answered (stopped or wedged?)".into()))
+            .collect();
+        broadcast(
+            st,
+            &Reply::HangTable {
+                round,
+                prober: prober as u32,
+                rows,
+            },
+            None,
+        );
     }
 }
 
 fn mark_died(st: &mut State, rank: usize, detail: &str) {
+    // A PE that said why it was failing exited because of that.
+    let noted = st.kv.get(&crate::client::failure_key(rank)).map(|v| {
+        format!(
+            "it exited after failing with: {}",
+            String::from_utf8_lossy(v)
+        )
+    });
+    // Otherwise, if a hang report found PEs not answering, they are the
+    // likelier cause.
+    let silent: Vec<String> = st
+        .unresponsive
+        .iter()
+        .filter(|&&r| r != rank)
+        .map(|r| format!("PE {r}"))
+        .collect();
+    let detail = match noted {
+        Some(n) => n,
+        None if !silent.is_empty() => format!(
+            "{detail}; meanwhile {} has not answered the hang report (stopped or wedged?)",
+            silent.join(", ")
+        ),
+        None => detail.to_string(),
+    };
+    let detail = detail.as_str();
     st.record_failure(rank, format!("exited: {detail}"));
     hang_answer(st, None, rank, "has exited".into());
     if let Some(s) = st.status.get_mut(rank) {
@@ -620,7 +676,12 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
                 );
             }
             Request::HangProbe { quiet_ms } => {
-                start_hang_report(&mut st, rank, Duration::from_millis(quiet_ms));
+                start_hang_report(
+                    &mut st,
+                    rank,
+                    Duration::from_millis(quiet_ms),
+                    shared.clone(),
+                );
             }
             Request::HangState { round, state } => {
                 hang_answer(&mut st, Some(round), rank, state);

@@ -279,6 +279,16 @@ pub trait Bootstrap: Send + Sync {
     fn watch_activity(&self, activity: std::sync::Arc<Activity>, policy: HangPolicy) {
         let _ = (activity, policy);
     }
+    /// One-line summary of the last hang report, if one ran (timeouts cite
+    /// it: it names the PEs that diverged or did not answer).
+    fn hang_summary(&self) -> Option<String> {
+        None
+    }
+    /// Tells the job why this PE is failing (a timeout, say), so that if it
+    /// exits, the others hear the cause rather than only that it exited.
+    fn note_failure(&self, what: &str) {
+        let _ = what;
+    }
 }
 
 #[cfg(test)]

@@ -1222,9 +1222,17 @@ impl Runtime {
                     in_call.get_or_insert_with(|| self.activity.enter("wait_until", "", 0));
                     bs.check_peers()
                 },
-                |d| Error::Timeout {
-                    what: "wait on symmetric memory (SHMEM_WAIT_TIMEOUT)".into(),
-                    secs: d.as_secs_f64(),
+                |d| {
+                    let mut what = String::from("wait on symmetric memory (SHMEM_WAIT_TIMEOUT)");
+                    if let Some(h) = bs.hang_summary() {
+                        what.push_str(&format!("; last hang report: {h}"));
+                    }
+                    let e = Error::Timeout {
+                        what,
+                        secs: d.as_secs_f64(),
+                    };
+                    bs.note_failure(&e.to_string());
+                    e
                 },
             )
         }

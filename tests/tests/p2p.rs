@@ -195,6 +195,40 @@ fn without_hang_abort_the_report_is_printed_once_and_the_job_waits_on() {
 }
 
 #[test]
+fn a_stopped_pe_is_named_by_every_other_pe_within_the_timeouts() {
+    for engine in ["HCCS", "SDMA", "ROCE"] {
+        for n in [2, 4] {
+            let mut o = shmem_tests::LaunchOptions::new(n, PE);
+            o.args = vec!["stop_in_barrier".into()];
+            o.env = [
+                ("SHMEM_TEST_ENGINE", engine),
+                ("SHMEM_HANG_REPORT", "1"),
+                ("SHMEM_WAIT_TIMEOUT", "6"),
+                ("SHMEM_LINK_TIMEOUT", "4"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            o.timeout = Some(shmem_tests::JOB_TIMEOUT);
+            o.kill_grace = std::time::Duration::from_secs(3);
+            let r = shmem_tests::launch(&o).unwrap();
+            assert!(!r.timed_out, "{engine} at {n} PEs: {r:?}");
+            for (pe, end) in r.ends.iter().enumerate() {
+                if pe == 1 {
+                    assert!(matches!(end, PeEnd::Signaled(_)), "{engine} {n}: {r:?}");
+                } else {
+                    assert_eq!(
+                        *end,
+                        PeEnd::Exited(3),
+                        "{engine} at {n} PEs, PE {pe}: {r:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn unknown_engine_lists_the_linked_ones() {
     let r = run_job(PE, 2, &["rma"], &[("SHMEM_TEST_ENGINE", "NOPE")]);
     assert!(!r.success());

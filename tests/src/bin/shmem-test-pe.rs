@@ -710,6 +710,42 @@ fn stderr_to_log() -> Result<()> {
     Ok(())
 }
 
+/// PE 1 stops itself (SIGSTOP); the others' blocking get from it and then
+/// their barrier must fail within their timeouts, naming PE 1.
+fn stop_in_barrier(pe: &Shmem) -> Result<()> {
+    let me = pe.my_pe();
+    // Survivors must report by themselves, not be stopped by the launcher.
+    // SAFETY: ignoring SIGTERM has no memory-safety implications.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    let buf = pe.calloc::<u64>(1 << 10)?;
+    pe.barrier_all()?;
+    if me == 1 {
+        // SAFETY: stopping ourselves; the launcher kills us at the end.
+        unsafe { libc::raise(libc::SIGSTOP) };
+        return Err(Error::invalid("check", "PE 1 was continued"));
+    }
+    let mut dst = vec![0u64; 1 << 10];
+    // Over HCCS/SDMA the stopped PE's memory is mapped here and the get
+    // completes; over ROCE its engine must give up after SHMEM_LINK_TIMEOUT.
+    let r = pe
+        .get(&mut dst, buf.slice(..)?, 1)
+        .and_then(|_| pe.barrier_all());
+    match r {
+        Err(e)
+            if e.to_string().contains("PE 1 has not answered")
+                || e.to_string().contains("PE 1 did not answer")
+                || e.to_string().contains("PE 1 at") =>
+        {
+            eprintln!("PE {me}: failed as expected: {e}");
+            std::process::exit(3)
+        }
+        other => Err(Error::invalid(
+            "check",
+            format!("PE {me}: with PE 1 stopped, got {other:?}"),
+        )),
+    }
+}
+
 /// PE 0 allocates while the others enter a barrier: a deadlock the hang
 /// report must explain.
 fn hang_mismatch(pe: &Shmem) -> Result<()> {
@@ -1408,6 +1444,7 @@ fn main() {
         "rma_to_dead" => rma_to_dead(&pe),
         "stale_handles" => stale_handles(&pe),
         "hang_mismatch" => hang_mismatch(&pe),
+        "stop_in_barrier" => stop_in_barrier(&pe),
         "bulk" => bulk(&pe),
         "global_exit" => global_exit(&pe),
         "link_cut" => link_cut(&pe),
