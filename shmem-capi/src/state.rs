@@ -28,6 +28,8 @@ pub(crate) struct State {
     pub(crate) stage: (usize, usize),
     /// Serialises collectives that use the staging area (THREAD_MULTIPLE).
     pub(crate) stage_lock: Mutex<()>,
+    /// `SHMEM_DEBUG=1`: heap accesses are checked against live allocations.
+    pub(crate) debug: bool,
 }
 
 /// Where a symmetric address lives.
@@ -86,6 +88,7 @@ pub(crate) fn install(shmem: Shmem) -> Result<()> {
     let amo = AmoService::start(&rt, &statics)?;
     let stage_len = STAGE_BYTES.min(rt.heap_size() / 8) / 64 * 64;
     let stage_off = rt.malloc_bytes(stage_len, 64)?;
+    let debug = rt.config().debug;
     let st = State {
         shmem,
         rt,
@@ -94,6 +97,7 @@ pub(crate) fn install(shmem: Shmem) -> Result<()> {
         amo,
         stage: (stage_off, stage_len),
         stage_lock: Mutex::new(()),
+        debug,
     };
     *STATE.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(st));
     Ok(())
@@ -251,6 +255,9 @@ impl State {
     pub(crate) fn locate(&self, addr: *const u8, len: usize) -> Result<Sym> {
         if let Some(off) = self.rt.offset_of(addr) {
             self.rt.check_range(off, len)?;
+            if self.debug {
+                self.rt.check_allocated(off, len)?;
+            }
             return Ok(Sym::Heap(off));
         }
         if let Some((seg, off)) = self.statics.find(addr as usize, len) {

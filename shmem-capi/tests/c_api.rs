@@ -246,6 +246,32 @@ fn the_pe_that_made_the_bad_call_reports_it_once_and_is_the_one_named() {
 }
 
 #[test]
+fn use_after_free_is_a_one_line_diagnostic_under_shmem_debug() {
+    let file = libdir().join("capi-tests").join("stderr-uaf.txt");
+    let _ = std::fs::remove_file(&file);
+    let mut opts = LaunchOptions::new(2, programs().join("errors"));
+    opts.args = ["use_after_free", file.to_str().expect("utf-8 path")]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    opts.env = vec![("SHMEM_DEBUG".into(), "1".into())];
+    opts.timeout = Some(Duration::from_secs(90));
+    let r = launch(&opts).expect("launching errors");
+    let err = std::fs::read_to_string(&file).unwrap_or_default();
+    exited_cleanly(&r);
+    assert_eq!(r.first_failure, Some((0, PeEnd::Exited(1))), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("not inside a live allocation"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with("shmem: PE 0: shmem_") && lines[0].contains("use after free"),
+        "{err}"
+    );
+}
+
+#[test]
 fn global_exit_status_reaches_the_launcher() {
     let (r, _) = failing("global_exit");
     exited_cleanly(&r);

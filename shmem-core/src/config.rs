@@ -221,6 +221,9 @@ config_table! {
     /// End a job whose hang was reported.
     hang_abort: bool = "SHMEM_HANG_ABORT", "0",
         "1 ends the job (status 1) after the hang report instead of waiting on";
+    /// Diagnostic checks in the C API.
+    debug: bool = "SHMEM_DEBUG", "0",
+        "1 makes the C API check every heap access against the live allocations: a use after free (or of memory never allocated) ends the job with a one-line diagnostic";
     /// Rank set by a launcher.
     rank: String = "SHMEM_RANK", "",
         "This PE's rank (set by shmemrun; RANK, SLURM_PROCID are also read)";

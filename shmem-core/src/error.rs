@@ -86,6 +86,14 @@ pub enum Error {
         /// Heap offset the stale handle names.
         offset: usize,
     },
+    /// A heap range outside every live allocation (`SHMEM_DEBUG=1` checks).
+    #[error("heap range [{offset:#x}, +{len}) is not inside a live allocation: use after free, or never allocated (SHMEM_DEBUG)")]
+    NotAllocated {
+        /// Start of the range.
+        offset: usize,
+        /// Its length.
+        len: usize,
+    },
     /// PEs called a collective with different arguments.
     #[error("collective `{op}` called with different arguments across PEs: {details}")]
     CollectiveMismatch {

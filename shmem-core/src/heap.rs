@@ -244,6 +244,14 @@ impl Allocator {
         Ok(len)
     }
 
+    /// Whether `[offset, offset + len)` lies inside one live allocation.
+    pub fn contains(&self, offset: usize, len: usize) -> bool {
+        self.live
+            .range(..=offset)
+            .next_back()
+            .is_some_and(|(&start, &(_, l))| offset + len <= start + l)
+    }
+
     /// Usable length of the live allocation at `offset`.
     pub fn len_of(&self, offset: usize) -> Option<usize> {
         self.live.get(&offset).map(|&(_, l)| l)
@@ -405,6 +413,19 @@ impl Generations {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn contains_tells_live_ranges_from_freed_ones() {
+        let mut a = Allocator::new(1 << 20);
+        let x = a.alloc(100, 8).unwrap();
+        let y = a.alloc(64, 8).unwrap();
+        assert!(a.contains(x, 100) && a.contains(x + 10, 8) && a.contains(y, 64));
+        assert!(!a.contains(x, 200));
+        a.free(x).unwrap();
+        assert!(!a.contains(x, 8));
+        assert!(a.contains(y, 64));
+        assert!(!a.contains(0, 8));
+    }
 
     #[test]
     fn freed_generations_are_not_live_and_slots_are_reused() {

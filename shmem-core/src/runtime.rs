@@ -586,6 +586,19 @@ impl Runtime {
         Ok(new)
     }
 
+    /// Errors unless `[offset, offset + len)` lies inside one live
+    /// allocation (a diagnostic check: it takes the allocator's lock).
+    ///
+    /// # Errors
+    /// [`Error::NotAllocated`] for a freed or never-allocated range.
+    pub fn check_allocated(&self, offset: usize, len: usize) -> Result<()> {
+        if self.allocator().contains(offset, len.max(1)) {
+            Ok(())
+        } else {
+            Err(Error::NotAllocated { offset, len })
+        }
+    }
+
     /// Bytes still free in the heap, and the largest free block.
     pub fn heap_free(&self) -> (usize, usize) {
         let a = self.allocator();

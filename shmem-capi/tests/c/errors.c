@@ -20,6 +20,10 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[1], "bad_pe") == 0 && me == 0) {
         static int x;
         shmem_int_p(&x, 1, n);
+    } else if (strcmp(argv[1], "use_after_free") == 0) {
+        int *p = shmem_malloc(64 * sizeof(int));
+        shmem_free(p);
+        if (me == 0) shmem_int_p(p, 1, n - 1);
     } else if (strcmp(argv[1], "global_exit") == 0 && me == n - 1) {
         shmem_global_exit(7);
     }
