@@ -109,12 +109,19 @@ pub struct Activity {
 
 /// Leaves the call entered with [`Activity::enter`] when dropped.
 #[derive(Debug)]
-pub struct ActivityGuard<'a>(&'a Activity);
+pub struct ActivityGuard<'a>(Option<&'a Activity>);
 
 impl Drop for ActivityGuard<'_> {
     fn drop(&mut self) {
-        self.0.depth.fetch_sub(1, Ordering::Release);
+        if let Some(a) = self.0 {
+            a.depth.fetch_sub(1, Ordering::Release);
+        }
     }
+}
+
+thread_local! {
+    /// Set on service threads whose endless waits are not the PE's calls.
+    static MUTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// A snapshot of [`Activity`].
@@ -136,6 +143,9 @@ impl Activity {
     /// Only the outermost call is recorded; the guard leaves it.
     #[inline]
     pub fn enter(&self, call: &'static str, team: &'static str, seq: u64) -> ActivityGuard<'_> {
+        if MUTED.with(|m| m.get()) {
+            return ActivityGuard(None);
+        }
         if self.depth.fetch_add(1, Ordering::AcqRel) == 0 {
             let g = self.generation.load(Ordering::Relaxed);
             self.generation.store(g | 1, Ordering::Relaxed);
@@ -149,7 +159,13 @@ impl Activity {
             self.seq.store(seq, Ordering::Relaxed);
             self.generation.store((g | 1) + 1, Ordering::Release);
         }
-        ActivityGuard(self)
+        ActivityGuard(Some(self))
+    }
+
+    /// Keeps the calling thread's calls out of every [`Activity`]: for a
+    /// library service thread whose waits are not what the PE is doing.
+    pub fn mute_this_thread() {
+        MUTED.with(|m| m.set(true));
     }
 
     /// Changes whenever the PE enters a new outermost call.
@@ -328,7 +344,17 @@ mod tests {
         }
         assert!(!a.busy());
         assert_eq!(a.state().label, None);
-        let _w = a.enter("wait_until", "", 2);
+        let w = a.enter("wait_until", "", 2);
         assert_eq!(a.state().label.as_deref(), Some("wait_until #2"));
+        drop(w);
+        // A muted service thread's calls are not the PE's.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                Activity::mute_this_thread();
+                let _svc = a.enter("service", "", 1);
+                assert!(!a.busy());
+                assert_eq!(a.state().label, None);
+            });
+        });
     }
 }
