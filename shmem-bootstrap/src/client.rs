@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shmem_core::{shmem_log, Bootstrap, Error, PeId, Result};
+use shmem_core::{shmem_log, Activity, Bootstrap, Error, HangPolicy, PeId, PeerHealth, Result};
 
 use crate::protocol::{read_frame, write_frame, Reply, Request};
 use crate::store::StoreServer;
@@ -57,9 +57,28 @@ struct ClientState {
     colls: HashMap<u64, Vec<Vec<u8>>>,
     failure: Option<Failure>,
     bye_ok: bool,
+    /// Every PE reported dead, in order.
+    dead: Vec<(usize, String)>,
+    /// Data-plane records to mark when a PE dies.
+    watchers: Vec<Arc<PeerHealth>>,
+    /// Summary of the last hang report.
+    last_hang: Option<String>,
+}
+
+/// The hang watch of one PE: which call it was seen in, since when.
+struct HangWatch {
+    activity: Arc<Activity>,
+    policy: HangPolicy,
+    generation: u64,
+    since: Instant,
+    probed: bool,
 }
 
 struct Shared {
+    /// Requests go out under this lock (the reader thread answers hang
+    /// queries too).
+    writer: Mutex<TcpStream>,
+    hang: Mutex<Option<HangWatch>>,
     state: Mutex<ClientState>,
     changed: Condvar,
     failed: AtomicBool,
@@ -69,6 +88,55 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, ClientState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn send_raw(&self, req: &Request) -> std::io::Result<()> {
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        write_frame(&mut *w, &req.encode())
+    }
+
+    fn hang_watch(&self) -> MutexGuard<'_, Option<HangWatch>> {
+        self.hang.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Called while this PE waits: once it has stayed in one call longer
+    /// than the hang-report delay, asks the store for a report (once per
+    /// call).
+    fn hang_check(&self) {
+        let mut guard = self.hang_watch();
+        let Some(h) = guard.as_mut() else { return };
+        if !h.activity.busy() {
+            return;
+        }
+        let generation = h.activity.generation();
+        let now = Instant::now();
+        if generation != h.generation {
+            (h.generation, h.since, h.probed) = (generation, now, false);
+            return;
+        }
+        if h.probed || now.duration_since(h.since) < h.policy.report_after {
+            return;
+        }
+        h.probed = true;
+        let quiet_ms = h.policy.report_after.as_millis().min(u64::MAX as u128) as u64;
+        drop(guard);
+        let _ = self.send_raw(&Request::HangProbe { quiet_ms });
+    }
+
+    /// What this PE is doing, for a hang report.
+    fn hang_state(&self) -> String {
+        let guard = self.hang_watch();
+        let Some(h) = guard.as_ref() else {
+            return "unknown (no hang watch)".into();
+        };
+        let st = h.activity.state();
+        match st.label {
+            Some(label) if st.generation == h.generation => {
+                format!("{label}, waiting {:.1} s", h.since.elapsed().as_secs_f64())
+            }
+            Some(label) => format!("{label}, just entered"),
+            None => "in no shmem call (computing, or blocked outside the library)".into(),
+        }
     }
     fn fail(&self, f: Failure) {
         let mut st = self.lock();
@@ -85,7 +153,6 @@ pub struct TcpBootstrap {
     rank: PeId,
     size: usize,
     store_addr: SocketAddr,
-    writer: Mutex<TcpStream>,
     shared: Arc<Shared>,
     seq: AtomicU64,
     timeout: Duration,
@@ -147,96 +214,36 @@ impl TcpBootstrap {
     pub fn join(p: JoinParams, hosted: Option<StoreServer>) -> Result<TcpBootstrap> {
         check_rank(p.rank, p.nranks)?;
         let deadline = Instant::now() + p.init_timeout;
-        let mut stream = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let last = match TcpStream::connect_timeout(
-                &p.store_addr,
-                left.clamp(Duration::from_millis(1), Duration::from_secs(2)),
-            ) {
-                // A connect to a closed local port can land on itself
-                // (TCP simultaneous open); that is not the store.
-                Ok(s) if s.local_addr().ok() == s.peer_addr().ok() => {
-                    "nothing listens there".to_string()
-                }
-                Ok(s) => break s,
-                Err(e) => e.to_string(),
-            };
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: format!(
-                        "PE {} could not reach the config store at {} (is rank 0 running and reachable? last error: {last}); SHMEM_INIT_TIMEOUT sets the wait",
-                        p.rank, p.store_addr
-                    ),
-                    secs: p.init_timeout.as_secs_f64(),
-                });
+        let stream = loop {
+            let stream = connect_until(&p, deadline)?;
+            match hello(&p, stream, deadline)? {
+                Some(s) => break s,
+                // The store is busy with unauthenticated connections: retry.
+                None => std::thread::sleep(Duration::from_millis(50)),
             }
-            std::thread::sleep(Duration::from_millis(50));
         };
-        shmem_core::net::tune(&stream, p.link_timeout);
-        let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-        write_frame(
-            &mut stream,
-            &Request::Hello {
-                rank: p.rank as u32,
-                nranks: p.nranks as u32,
-                secret: p.secret.clone(),
-            }
-            .encode(),
-        )
-        .map_err(|e| {
-            Error::os(
-                format!("sending HELLO to the config store at {}", p.store_addr),
-                e,
-            )
-        })?;
-        let _ = stream.set_read_timeout(Some(p.init_timeout.max(Duration::from_millis(100))));
-        let first = read_frame(&mut stream)
-            .map_err(|e| {
-                Error::Bootstrap(format!(
-                    "no answer from the config store at {}: {e}",
-                    p.store_addr
-                ))
-            })?
-            .ok_or_else(|| {
-                Error::Bootstrap(format!(
-                    "the config store at {} closed the connection during HELLO",
-                    p.store_addr
-                ))
-            })?;
-        match Reply::decode(&first) {
-            Ok(Reply::Welcome) => {}
-            Ok(Reply::Reject(why)) => {
-                return Err(Error::Bootstrap(format!(
-                    "the config store at {} refused PE {}: {why}",
-                    p.store_addr, p.rank
-                )))
-            }
-            other => {
-                return Err(Error::Bootstrap(format!(
-                    "unexpected answer to HELLO: {other:?}"
-                )))
-            }
-        }
         let _ = stream.set_read_timeout(None);
         let reader_stream = stream
             .try_clone()
             .map_err(|e| Error::os("cloning the bootstrap socket", e))?;
         let shared = Arc::new(Shared {
+            writer: Mutex::new(stream),
+            hang: Mutex::new(None),
             state: Mutex::new(ClientState::default()),
             changed: Condvar::new(),
             failed: AtomicBool::new(false),
             leaving: AtomicBool::new(false),
         });
         let s2 = shared.clone();
+        let me = p.rank;
         let reader = std::thread::Builder::new()
             .name("shmem-bootstrap".into())
-            .spawn(move || reader_loop(reader_stream, s2))
+            .spawn(move || reader_loop(reader_stream, s2, me))
             .map_err(|e| Error::os("spawning the bootstrap reader", e))?;
         let bs = TcpBootstrap {
             rank: p.rank,
             size: p.nranks,
             store_addr: p.store_addr,
-            writer: Mutex::new(stream),
             shared,
             seq: AtomicU64::new(0),
             timeout: p.call_timeout,
@@ -245,7 +252,12 @@ impl TcpBootstrap {
             finalized: AtomicBool::new(false),
         };
         // The first collective doubles as "everyone has joined".
-        bs.collective(&[], p.init_timeout, "waiting for all PEs to join the job")?;
+        bs.collective(
+            &[],
+            p.init_timeout,
+            "waiting for all PEs to join the job",
+            "SHMEM_INIT_TIMEOUT",
+        )?;
         Ok(bs)
     }
 
@@ -255,8 +267,7 @@ impl TcpBootstrap {
     }
 
     fn send(&self, req: &Request) -> Result<()> {
-        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        write_frame(&mut *w, &req.encode()).map_err(|e| {
+        self.shared.send_raw(req).map_err(|e| {
             self.check_peers().err().unwrap_or_else(|| {
                 Error::os(
                     format!("writing to the config store at {}", self.store_addr),
@@ -270,6 +281,7 @@ impl TcpBootstrap {
         &self,
         timeout: Duration,
         what: &str,
+        governed_by: &str,
         mut take: impl FnMut(&mut ClientState) -> Option<T>,
     ) -> Result<T> {
         let deadline = Instant::now() + timeout;
@@ -283,17 +295,28 @@ impl TcpBootstrap {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::Timeout {
-                    what: format!("PE {}: {what} (SHMEM_BOOTSTRAP_TIMEOUT)", self.rank),
+                let mut what = format!("PE {}: {what} ({governed_by})", self.rank);
+                if let Some(h) = &st.last_hang {
+                    what.push_str(&format!("; last hang report: {h}"));
+                }
+                drop(st);
+                let e = Error::Timeout {
+                    what,
                     secs: timeout.as_secs_f64(),
-                });
+                };
+                self.note_failure(&e.to_string());
+                return Err(e);
             }
+            // Wake now and then to see whether this wait needs a hang report.
             st = self
                 .shared
                 .changed
-                .wait_timeout(st, deadline - now)
+                .wait_timeout(st, (deadline - now).min(Duration::from_millis(200)))
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
+            drop(st);
+            self.shared.hang_check();
+            st = self.shared.lock();
         }
     }
 
@@ -304,7 +327,13 @@ impl TcpBootstrap {
         self.check_peers()
     }
 
-    fn collective(&self, data: &[u8], timeout: Duration, what: &str) -> Result<Vec<Vec<u8>>> {
+    fn collective(
+        &self,
+        data: &[u8],
+        timeout: Duration,
+        what: &str,
+        governed_by: &str,
+    ) -> Result<Vec<Vec<u8>>> {
         self.live()?;
         // The answer carries every PE's contribution in one frame.
         let limit = crate::protocol::MAX_FRAME / self.size.max(1) - 64;
@@ -323,7 +352,7 @@ impl TcpBootstrap {
             seq,
             data: data.to_vec(),
         })?;
-        self.wait_reply(timeout, what, |st| st.colls.remove(&seq))
+        self.wait_reply(timeout, what, governed_by, |st| st.colls.remove(&seq))
     }
 
     /// Stores `value` under `key` in the job's key-value store.
@@ -349,11 +378,100 @@ impl TcpBootstrap {
         }
         self.send(&Request::Get { key: key.to_vec() })?;
         let what = format!("waiting for key {:?}", String::from_utf8_lossy(key));
-        self.wait_reply(self.timeout, &what, |st| st.values.get(key).cloned())
+        self.wait_reply(self.timeout, &what, BOOTSTRAP_TIMEOUT, |st| {
+            st.values.get(key).cloned()
+        })
     }
 }
 
-fn reader_loop(mut stream: TcpStream, shared: Arc<Shared>) {
+/// Key under which a PE leaves the reason it is failing (see
+/// [`Bootstrap::note_failure`]); the store cites it if the PE then exits.
+pub fn failure_key(rank: PeId) -> Vec<u8> {
+    format!("shmem/failure/{rank}").into_bytes()
+}
+
+/// The variable that bounds control-plane calls after start-up.
+const BOOTSTRAP_TIMEOUT: &str = "SHMEM_BOOTSTRAP_TIMEOUT";
+
+/// Connects to the store, retrying until `deadline`.
+fn connect_until(p: &JoinParams, deadline: Instant) -> Result<TcpStream> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let last = match TcpStream::connect_timeout(
+            &p.store_addr,
+            left.clamp(Duration::from_millis(1), Duration::from_secs(2)),
+        ) {
+            // A connect to a closed local port can land on itself
+            // (TCP simultaneous open); that is not the store.
+            Ok(s) if s.local_addr().ok() == s.peer_addr().ok() => {
+                "nothing listens there".to_string()
+            }
+            Ok(s) => return Ok(s),
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                what: format!(
+                    "PE {} could not reach the config store at {} (is rank 0 running and reachable? last error: {last}); SHMEM_INIT_TIMEOUT sets the wait",
+                    p.rank, p.store_addr
+                ),
+                secs: p.init_timeout.as_secs_f64(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Presents the HELLO; `Ok(None)` when the store asks to try again later
+/// (too many connections waiting to authenticate) and `deadline` allows it.
+fn hello(p: &JoinParams, mut stream: TcpStream, deadline: Instant) -> Result<Option<TcpStream>> {
+    shmem_core::net::tune(&stream, p.link_timeout);
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
+    write_frame(
+        &mut stream,
+        &Request::Hello {
+            rank: p.rank as u32,
+            nranks: p.nranks as u32,
+            secret: p.secret.clone(),
+        }
+        .encode(),
+    )
+    .map_err(|e| {
+        Error::os(
+            format!("sending HELLO to the config store at {}", p.store_addr),
+            e,
+        )
+    })?;
+    let _ = stream.set_read_timeout(Some(p.init_timeout.max(Duration::from_millis(100))));
+    let first = read_frame(&mut stream)
+        .map_err(|e| {
+            Error::Bootstrap(format!(
+                "no answer from the config store at {}: {e}",
+                p.store_addr
+            ))
+        })?
+        .ok_or_else(|| {
+            Error::Bootstrap(format!(
+                "the config store at {} closed the connection during HELLO",
+                p.store_addr
+            ))
+        })?;
+    match Reply::decode(&first) {
+        Ok(Reply::Welcome) => Ok(Some(stream)),
+        Ok(Reply::Reject(why)) if why == crate::store::BUSY && Instant::now() < deadline => {
+            Ok(None)
+        }
+        Ok(Reply::Reject(why)) => Err(Error::Bootstrap(format!(
+            "the config store at {} refused PE {}: {why}",
+            p.store_addr, p.rank
+        ))),
+        other => Err(Error::Bootstrap(format!(
+            "unexpected answer to HELLO: {other:?}"
+        ))),
+    }
+}
+
+fn reader_loop(mut stream: TcpStream, shared: Arc<Shared>, me: PeId) {
     loop {
         let frame = match read_frame(&mut stream) {
             Ok(Some(f)) => f,
@@ -383,6 +501,13 @@ fn reader_loop(mut stream: TcpStream, shared: Arc<Shared>) {
                 shared.changed.notify_all();
             }
             Reply::PeerExited { rank, detail } => {
+                {
+                    let mut st = shared.lock();
+                    for w in &st.watchers {
+                        w.mark_dead(rank as usize, &detail);
+                    }
+                    st.dead.push((rank as usize, detail.clone()));
+                }
                 if !shared.leaving.load(Ordering::SeqCst) {
                     shared.fail(Failure::PeerExited {
                         pe: rank as usize,
@@ -395,9 +520,13 @@ fn reader_loop(mut stream: TcpStream, shared: Arc<Shared>) {
                 status,
                 message,
             } => {
-                eprintln!(
-                    "shmem: job aborted by PE {rank} (global_exit status {status}): {message}"
-                );
+                // The PE that aborted has said why; the others say only
+                // where to look, in one line.
+                if rank as usize != me {
+                    shmem_core::log::write_line(&format!(
+                        "shmem: PE {me}: stopping: the job was ended by PE {rank} (status {status}); see its message"
+                    ));
+                }
                 shared.fail(Failure::Aborted {
                     pe: rank as usize,
                     status,
@@ -410,9 +539,101 @@ fn reader_loop(mut stream: TcpStream, shared: Arc<Shared>) {
                 shared.changed.notify_all();
                 return;
             }
+            Reply::HangQuery { round } => {
+                let state = shared.hang_state();
+                let _ = shared.send_raw(&Request::HangState { round, state });
+            }
+            Reply::HangTable { rows, prober, .. } => {
+                let (text, summary) = hang_table(prober as usize, &rows);
+                shared.lock().last_hang = Some(summary.clone());
+                if prober as usize != me {
+                    continue;
+                }
+                let abort = shared.hang_watch().as_ref().is_some_and(|h| h.policy.abort);
+                let mut text = text;
+                text.push_str(if abort {
+                    "shmem: ending the job (SHMEM_HANG_ABORT=1)"
+                } else {
+                    "shmem: the job goes on waiting (SHMEM_HANG_ABORT=1 would end it)"
+                });
+                shmem_core::log::write_line(&text);
+                if abort {
+                    let _ = shared.send_raw(&Request::Abort {
+                        status: 1,
+                        message: format!("hang report: {summary}"),
+                    });
+                }
+            }
             Reply::Welcome | Reply::Reject(_) => {}
         }
     }
+}
+
+/// The hang report printed by the PE that asked for it, and its one-line
+/// summary: every PE's state, then which PEs diverged.
+pub fn hang_table(me: PeId, rows: &[String]) -> (String, String) {
+    let mut text = format!("shmem: hang report (asked by PE {me}): what every PE is doing\n");
+    for (pe, r) in rows.iter().enumerate() {
+        text.push_str(&format!("  PE {pe:<4} {r}\n"));
+    }
+    // Group the PEs by the call they are in (without the time waited).
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (pe, r) in rows.iter().enumerate() {
+        let call = r
+            .split(", waiting ")
+            .next()
+            .and_then(|c| c.split(", just entered").next())
+            .unwrap_or(r)
+            .to_string();
+        match groups.iter_mut().find(|(c, _)| *c == call) {
+            Some((_, pes)) => pes.push(pe),
+            None => groups.push((call, vec![pe])),
+        }
+    }
+    let phrase = |call: &str, pes: &[usize]| {
+        let (who, one) = match pes {
+            [p] => (format!("PE {p}"), true),
+            many => (
+                format!(
+                    "PEs {}",
+                    many.iter()
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                false,
+            ),
+        };
+        match call.strip_prefix("has ") {
+            Some(rest) => format!("{who} {} {rest}", if one { "has" } else { "have" }),
+            None if call.starts_with("in ") => {
+                format!("{who} {} {call}", if one { "is" } else { "are" })
+            }
+            None => format!("{who} {} in {call}", if one { "is" } else { "are" }),
+        }
+    };
+    // Different collective calls (or numbers of them) can never meet: a
+    // mismatch. A PE outside every call may just be late.
+    let in_collectives = groups
+        .iter()
+        .filter(|(c, _)| !c.starts_with("in ") && !c.starts_with("has ") && c != "wait_until")
+        .count();
+    let parts = groups
+        .iter()
+        .map(|(call, pes)| phrase(call, pes))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let summary = if in_collectives > 1 {
+        format!("the PEs diverged (collective mismatch): {parts}")
+    } else if groups.len() > 1 {
+        format!("the PEs diverged: {parts}")
+    } else {
+        format!(
+            "no PE diverged: {parts}; unless that is expected, they wait for something no PE does (a put or signal never sent)"
+        )
+    };
+    text.push_str(&format!("shmem: {summary}\n"));
+    (text, summary)
 }
 
 impl Bootstrap for TcpBootstrap {
@@ -423,7 +644,7 @@ impl Bootstrap for TcpBootstrap {
         self.size
     }
     fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let all = self.collective(data, self.timeout, "allgather")?;
+        let all = self.collective(data, self.timeout, "allgather", BOOTSTRAP_TIMEOUT)?;
         if all.len() != self.size {
             return Err(Error::Bootstrap(format!(
                 "allgather returned {} entries for {} PEs",
@@ -434,7 +655,8 @@ impl Bootstrap for TcpBootstrap {
         Ok(all)
     }
     fn barrier(&self) -> Result<()> {
-        self.collective(&[], self.timeout, "barrier").map(|_| ())
+        self.collective(&[], self.timeout, "barrier", BOOTSTRAP_TIMEOUT)
+            .map(|_| ())
     }
     fn broadcast(&self, root: PeId, data: &[u8]) -> Result<Vec<u8>> {
         if root >= self.size {
@@ -444,21 +666,48 @@ impl Bootstrap for TcpBootstrap {
             });
         }
         let mine = if root == self.rank { data } else { &[] };
-        let mut all = self.collective(mine, self.timeout, "broadcast")?;
+        let mut all = self.collective(mine, self.timeout, "broadcast", BOOTSTRAP_TIMEOUT)?;
         Ok(std::mem::take(&mut all[root]))
     }
     fn local_ip(&self) -> Option<std::net::IpAddr> {
-        let w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let w = self.shared.writer.lock().unwrap_or_else(|p| p.into_inner());
         w.local_addr().ok().map(|a| a.ip())
     }
     fn check_peers(&self) -> Result<()> {
         if !self.shared.failed.load(Ordering::Relaxed) {
+            self.shared.hang_check();
             return Ok(());
         }
         match &self.shared.lock().failure {
             Some(f) => Err(f.to_error()),
             None => Ok(()),
         }
+    }
+    fn watch_activity(&self, activity: Arc<Activity>, policy: HangPolicy) {
+        let generation = activity.generation();
+        *self.shared.hang_watch() = Some(HangWatch {
+            activity,
+            policy,
+            generation,
+            since: Instant::now(),
+            probed: false,
+        });
+    }
+    fn hang_summary(&self) -> Option<String> {
+        self.shared.lock().last_hang.clone()
+    }
+    fn note_failure(&self, what: &str) {
+        let _ = self.shared.send_raw(&Request::Set {
+            key: failure_key(self.rank),
+            value: what.as_bytes().to_vec(),
+        });
+    }
+    fn watch_peers(&self, health: Arc<PeerHealth>) {
+        let mut st = self.shared.lock();
+        for (pe, detail) in &st.dead {
+            health.mark_dead(*pe, detail);
+        }
+        st.watchers.push(health);
     }
     fn abort(&self, status: i32, message: &str) -> Result<()> {
         self.send(&Request::Abort {
@@ -473,7 +722,7 @@ impl Bootstrap for TcpBootstrap {
         self.shared.leaving.store(true, Ordering::SeqCst);
         let sent = self.send(&Request::Bye);
         let acked = sent.and_then(|_| {
-            self.wait_reply(Duration::from_secs(10), "finalize", |st| {
+            self.wait_reply(Duration::from_secs(10), "finalize", "a fixed 10 s", |st| {
                 st.bye_ok.then_some(())
             })
         });
@@ -486,7 +735,7 @@ impl Bootstrap for TcpBootstrap {
                 );
             }
         }
-        let w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let w = self.shared.writer.lock().unwrap_or_else(|p| p.into_inner());
         let _ = w.shutdown(Shutdown::Both);
         drop(w);
         if let Some(h) = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
@@ -499,11 +748,45 @@ impl Bootstrap for TcpBootstrap {
 impl Drop for TcpBootstrap {
     fn drop(&mut self) {
         self.shared.leaving.store(true, Ordering::SeqCst);
-        if let Ok(w) = self.writer.lock() {
+        if let Ok(w) = self.shared.writer.lock() {
             let _ = w.shutdown(Shutdown::Both);
         }
         if let Some(h) = self.reader.lock().ok().and_then(|mut r| r.take()) {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hang_table;
+
+    #[test]
+    fn the_hang_table_names_the_pes_that_diverged() {
+        let rows = vec![
+            "malloc #3, waiting 10.2 s".to_string(),
+            "barrier #7 (team WORLD), waiting 10.0 s".to_string(),
+            "barrier #7 (team WORLD), waiting 10.1 s".to_string(),
+            "has exited".to_string(),
+        ];
+        let (text, summary) = hang_table(1, &rows);
+        assert_eq!(
+            summary,
+            "the PEs diverged (collective mismatch): PE 0 is in malloc #3; PEs 1, 2 are in barrier #7 (team WORLD); PE 3 has exited"
+        );
+        assert!(
+            text.contains("  PE 0    malloc #3, waiting 10.2 s\n"),
+            "{text}"
+        );
+        assert!(
+            text.starts_with("shmem: hang report (asked by PE 1)"),
+            "{text}"
+        );
+        let same = vec!["barrier #2 (team WORLD), waiting 3.0 s".to_string(); 2];
+        let (_, summary) = hang_table(0, &same);
+        assert!(
+            summary.starts_with("no PE diverged: PEs 0, 1 are in barrier #2 (team WORLD)"),
+            "{summary}"
+        );
     }
 }

@@ -36,7 +36,7 @@ use shmem_core::{shmem_log, Config, Error, PeId, Result};
 
 pub use client::{check_rank, JoinParams, TcpBootstrap};
 pub use ids::{parse_url, UniqueId};
-pub use store::StoreServer;
+pub use store::{StoreLimits, StoreServer};
 
 /// Environment variables a launcher sets for each PE.
 pub mod env {
@@ -713,5 +713,142 @@ mod tests {
             "{errs:?}"
         );
         assert!(errs[1].contains("timed out"), "{errs:?}");
+    }
+
+    fn free_port_url() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("tcp://{}", l.local_addr().unwrap())
+    }
+
+    #[test]
+    fn tcp_start_up_with_a_different_pe_count_is_named_and_the_join_timeout_names_its_variable() {
+        let url = free_port_url();
+        let mut c0 = cfg();
+        c0.init_timeout = std::time::Duration::from_millis(1500);
+        let (u0, cc) = (url.clone(), c0.clone());
+        let root = std::thread::spawn(move || init_attr(0, 2, &u0, &cc).map(|_| ()));
+        // PE 1 believes in 3 PEs; its default secret differs too, but the
+        // count is what it must hear about.
+        let err = init_attr(1, 3, &url, &cfg()).unwrap_err().to_string();
+        assert!(
+            err.contains("PE 1 says the job has 3 PEs, the others say 2"),
+            "{err}"
+        );
+        assert!(!err.contains("secret"), "{err}");
+        // Rank 0 waits in vain for rank 1; its timeout names the variable
+        // that governs joining.
+        let err = root.join().unwrap().unwrap_err().to_string();
+        assert!(err.contains("waiting for all PEs to join"), "{err}");
+        assert!(err.contains("SHMEM_INIT_TIMEOUT"), "{err}");
+        assert!(!err.contains("SHMEM_BOOTSTRAP_TIMEOUT"), "{err}");
+    }
+
+    fn limited_store(limits: StoreLimits) -> (StoreServer, Vec<u8>) {
+        let secret = vec![9u8; 16];
+        let s = StoreServer::bind_with_limits(
+            "127.0.0.1:0".parse().unwrap(),
+            Some(1),
+            secret.clone(),
+            limits,
+        )
+        .unwrap();
+        (s, secret)
+    }
+
+    /// Reads until the store answers or closes; `Some(reply)` if it answered.
+    fn answer(s: &mut std::net::TcpStream) -> Option<protocol::Reply> {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        match protocol::read_frame(s) {
+            Ok(Some(f)) => protocol::Reply::decode(&f).ok(),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_hello_trickled_past_its_deadline_is_dropped() {
+        use std::io::Write;
+        let (store, secret) = limited_store(StoreLimits {
+            hello_timeout: std::time::Duration::from_millis(300),
+            max_unauthenticated: 8,
+        });
+        let mut frame = Vec::new();
+        let hello = protocol::Request::Hello {
+            rank: 0,
+            nranks: 1,
+            secret: secret.clone(),
+        };
+        protocol::write_frame(&mut frame, &hello.encode()).unwrap();
+        // A valid HELLO, one byte every 40 ms (each byte well inside any
+        // per-read timeout, the whole far beyond the deadline).
+        let mut s = std::net::TcpStream::connect(store.addr()).unwrap();
+        let mut sent = 0;
+        for b in &frame {
+            if s.write_all(&[*b]).is_err() {
+                break;
+            }
+            sent += 1;
+            std::thread::sleep(std::time::Duration::from_millis(40));
+        }
+        let reply = answer(&mut s);
+        assert_eq!(reply, None, "sent {sent} of {} bytes", frame.len());
+        // The same HELLO sent at once is welcome.
+        let mut s = std::net::TcpStream::connect(store.addr()).unwrap();
+        s.write_all(&frame).unwrap();
+        assert_eq!(answer(&mut s), Some(protocol::Reply::Welcome));
+    }
+
+    #[test]
+    fn a_large_frame_before_hello_is_refused_without_reading_it() {
+        use std::io::Write;
+        let (store, _secret) = limited_store(StoreLimits {
+            hello_timeout: std::time::Duration::from_secs(30),
+            max_unauthenticated: 8,
+        });
+        let mut s = std::net::TcpStream::connect(store.addr()).unwrap();
+        // Announce 256 MiB and send the first 64 KiB of it.
+        s.write_all(&(protocol::MAX_FRAME as u32).to_le_bytes())
+            .unwrap();
+        let _ = s.write_all(&[1u8; 64 << 10]);
+        // The store hangs up without an answer (well before its 30-s HELLO
+        // deadline, which would also fail this test by timing out the read).
+        assert_eq!(answer(&mut s), None);
+        // A frame just above the HELLO limit is refused the same way.
+        let mut s = std::net::TcpStream::connect(store.addr()).unwrap();
+        let len = protocol::MAX_HELLO_FRAME as u32 + 1;
+        s.write_all(&len.to_le_bytes()).unwrap();
+        assert_eq!(answer(&mut s), None);
+    }
+
+    #[test]
+    fn unauthenticated_connections_are_capped() {
+        let (store, secret) = limited_store(StoreLimits {
+            hello_timeout: std::time::Duration::from_secs(30),
+            max_unauthenticated: 3,
+        });
+        // The cap is the limit plus the job's PE count (1 here).
+        let silent: Vec<_> = (0..4)
+            .map(|_| std::net::TcpStream::connect(store.addr()).unwrap())
+            .collect();
+        let mut extra = std::net::TcpStream::connect(store.addr()).unwrap();
+        assert_eq!(
+            answer(&mut extra),
+            Some(protocol::Reply::Reject(store::BUSY.into()))
+        );
+        // Once the silent ones go, a real PE gets in (it retries while the
+        // store is still busy).
+        drop(silent);
+        let p = JoinParams {
+            rank: 0,
+            nranks: 1,
+            store_addr: store.addr(),
+            secret,
+            init_timeout: std::time::Duration::from_secs(20),
+            call_timeout: std::time::Duration::from_secs(20),
+            link_timeout: std::time::Duration::from_secs(5),
+        };
+        let bs = TcpBootstrap::join(p, None).unwrap();
+        assert_eq!(bs.allgather(b"x").unwrap(), vec![b"x".to_vec()]);
+        bs.finalize().unwrap();
     }
 }

@@ -11,6 +11,11 @@ pub const MAGIC: &[u8; 8] = b"SHMEMBS1";
 /// Largest frame accepted (allgather payloads included).
 pub const MAX_FRAME: usize = 256 << 20;
 
+/// Largest frame accepted from a connection that has not authenticated yet
+/// (its HELLO). A HELLO is a few dozen bytes; anything longer is garbage or
+/// an attempt to make the store buffer memory for a stranger.
+pub const MAX_HELLO_FRAME: usize = 4 << 10;
+
 /// Client to store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
@@ -51,6 +56,20 @@ pub enum Request {
     },
     /// Leaving cleanly.
     Bye,
+    /// This PE has been in one call longer than its hang-report delay: ask
+    /// every PE what it is doing (unless a report ran in the last
+    /// `quiet_ms` milliseconds).
+    HangProbe {
+        /// Minimum distance between two reports.
+        quiet_ms: u64,
+    },
+    /// Answer to [`Reply::HangQuery`]: what this PE is doing.
+    HangState {
+        /// Report round.
+        round: u64,
+        /// The call it is in, or that it is in none.
+        state: String,
+    },
 }
 
 /// Store to client.
@@ -92,6 +111,21 @@ pub enum Reply {
     },
     /// BYE acknowledged.
     ByeOk,
+    /// Every PE: say what you are doing ([`Request::HangState`]).
+    HangQuery {
+        /// Report round.
+        round: u64,
+    },
+    /// To every PE: each PE's state, by rank; the PE whose probe started the
+    /// round prints it.
+    HangTable {
+        /// Report round.
+        round: u64,
+        /// The PE that asked.
+        prober: u32,
+        /// State of each rank.
+        rows: Vec<String>,
+    },
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
@@ -175,6 +209,15 @@ impl Request {
                 put_bytes(&mut o, message.as_bytes());
             }
             Request::Bye => o.push(6),
+            Request::HangProbe { quiet_ms } => {
+                o.push(7);
+                o.extend_from_slice(&quiet_ms.to_le_bytes());
+            }
+            Request::HangState { round, state } => {
+                o.push(8);
+                o.extend_from_slice(&round.to_le_bytes());
+                put_bytes(&mut o, state.as_bytes());
+            }
         }
         o
     }
@@ -210,6 +253,11 @@ impl Request {
                 message: c.string()?,
             },
             6 => Request::Bye,
+            7 => Request::HangProbe { quiet_ms: c.u64()? },
+            8 => Request::HangState {
+                round: c.u64()?,
+                state: c.string()?,
+            },
             k => return Err(bad(&format!("unknown request kind {k}"))),
         })
     }
@@ -254,6 +302,23 @@ impl Reply {
                 put_bytes(&mut o, message.as_bytes());
             }
             Reply::ByeOk => o.push(107),
+            Reply::HangQuery { round } => {
+                o.push(108);
+                o.extend_from_slice(&round.to_le_bytes());
+            }
+            Reply::HangTable {
+                round,
+                prober,
+                rows,
+            } => {
+                o.push(109);
+                o.extend_from_slice(&round.to_le_bytes());
+                o.extend_from_slice(&prober.to_le_bytes());
+                o.extend_from_slice(&(rows.len() as u32).to_le_bytes());
+                for r in rows {
+                    put_bytes(&mut o, r.as_bytes());
+                }
+            }
         }
         o
     }
@@ -288,22 +353,71 @@ impl Reply {
                 message: c.string()?,
             },
             107 => Reply::ByeOk,
+            108 => Reply::HangQuery { round: c.u64()? },
+            109 => {
+                let round = c.u64()?;
+                let prober = c.u32()?;
+                let n = c.u32()? as usize;
+                let mut rows = Vec::with_capacity(n.min(1 << 16));
+                for _ in 0..n {
+                    rows.push(c.string()?);
+                }
+                Reply::HangTable {
+                    round,
+                    prober,
+                    rows,
+                }
+            }
             k => return Err(bad(&format!("unknown reply kind {k}"))),
         })
     }
 }
 
+/// The length prefix of a frame of `len` bytes.
+///
+/// # Errors
+/// `InvalidInput` when `len` is zero or above [`MAX_FRAME`] (the reader would
+/// refuse it; above `u32::MAX` the prefix could not even hold it).
+pub fn frame_header(len: usize) -> io::Result<[u8; 4]> {
+    if len == 0 || len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a frame of {len} bytes cannot be sent (the limit is {MAX_FRAME} bytes)"),
+        ));
+    }
+    u32::try_from(len)
+        .map(u32::to_le_bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame length above u32"))
+}
+
 /// Writes one frame.
+///
+/// # Errors
+/// The writer's errors, and `InvalidInput` for a body that does not fit a
+/// frame (see [`frame_header`]); nothing is written then.
 pub fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
+    let header = frame_header(body.len())?;
     let mut buf = Vec::with_capacity(4 + body.len());
-    buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&header);
     buf.extend_from_slice(body);
     w.write_all(&buf)?;
     w.flush()
 }
 
 /// Reads one frame body; `Ok(None)` on a clean end of stream.
+///
+/// # Errors
+/// The reader's errors, and `InvalidData` for a length above [`MAX_FRAME`].
 pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+    read_frame_limited(r, MAX_FRAME)
+}
+
+/// [`read_frame`] that refuses frames above `max` bytes before reading (or
+/// allocating) their body.
+///
+/// # Errors
+/// The reader's errors, and `InvalidData` for a length of zero or above `max`.
+pub fn read_frame_limited(r: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}
@@ -311,8 +425,10 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
         Err(e) => return Err(e),
     }
     let n = u32::from_le_bytes(len) as usize;
-    if n == 0 || n > MAX_FRAME {
-        return Err(bad(&format!("frame of {n} bytes")));
+    if n == 0 || n > max.min(MAX_FRAME) {
+        return Err(bad(&format!(
+            "frame of {n} bytes (the limit here is {max})"
+        )));
     }
     let mut body = vec![0u8; n];
     r.read_exact(&mut body)?;
@@ -347,6 +463,11 @@ mod tests {
                 message: "boom".into(),
             },
             Request::Bye,
+            Request::HangProbe { quiet_ms: 10_000 },
+            Request::HangState {
+                round: 2,
+                state: "barrier #7 (team WORLD)".into(),
+            },
         ] {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         }
@@ -375,6 +496,12 @@ mod tests {
                 message: "m".into(),
             },
             Reply::ByeOk,
+            Reply::HangQuery { round: 3 },
+            Reply::HangTable {
+                round: 3,
+                prober: 1,
+                rows: vec!["malloc #3".into(), "has exited".into()],
+            },
         ] {
             assert_eq!(Reply::decode(&r.encode()).unwrap(), r);
         }
@@ -387,5 +514,31 @@ mod tests {
         assert!(Request::decode(b"\x01NOTMAGIC").is_err());
         let mut huge = &[0xff, 0xff, 0xff, 0xff, 1][..];
         assert!(read_frame(&mut huge).is_err());
+        // A 5-KiB frame is fine after HELLO but not before it.
+        let mut framed = Vec::new();
+        write_frame(&mut framed, &[7u8; 5 << 10]).unwrap();
+        assert_eq!(
+            read_frame(&mut &framed[..]).unwrap().unwrap().len(),
+            5 << 10
+        );
+        let err = read_frame_limited(&mut &framed[..], MAX_HELLO_FRAME).unwrap_err();
+        assert!(err.to_string().contains("5120 bytes"), "{err}");
+    }
+
+    #[test]
+    fn oversized_frames_are_refused_not_truncated() {
+        assert_eq!(frame_header(5).unwrap(), 5u32.to_le_bytes());
+        assert_eq!(
+            frame_header(MAX_FRAME).unwrap(),
+            (MAX_FRAME as u32).to_le_bytes()
+        );
+        for len in [0, MAX_FRAME + 1, u32::MAX as usize + 1, usize::MAX] {
+            let e = frame_header(len).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{len}");
+        }
+        // Nothing reaches the wire for a refused frame.
+        let mut sink = Vec::new();
+        assert!(write_frame(&mut sink, &[]).is_err());
+        assert!(sink.is_empty());
     }
 }

@@ -7,22 +7,39 @@
 //! member is told which PE it was.
 
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use shmem_core::{shmem_log, Error, Result};
 
-use crate::protocol::{read_frame, write_frame, Reply, Request};
+use crate::protocol::{read_frame, write_frame, Reply, Request, MAX_HELLO_FRAME};
 
 /// Time after which a member whose link went silent counts as exited.
 const LINK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long a new connection may take to present its HELLO.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// What the store allows a connection that has not authenticated yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// The whole HELLO must have arrived this long after the connection was
+    /// accepted (a client trickling bytes is dropped at the deadline).
+    pub hello_timeout: Duration,
+    /// Most connections that may be waiting for their HELLO at once, on top
+    /// of the job's PE count; further ones are refused at once.
+    pub max_unauthenticated: usize,
+}
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        StoreLimits {
+            hello_timeout: Duration::from_secs(10),
+            max_unauthenticated: 64,
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Membership {
@@ -43,10 +60,31 @@ struct State {
     kv: HashMap<Vec<u8>, Vec<u8>>,
     waiting: HashMap<Vec<u8>, Vec<usize>>,
     colls: HashMap<u64, Vec<Option<Vec<u8>>>>,
+    /// Failures in the order the store saw them: (rank, what).
+    failures: Vec<(usize, String)>,
+    /// Hang reports started so far.
+    hang_rounds: u64,
+    /// The report being gathered: round, the PE that asked, states by rank.
+    hang: Option<(u64, usize, Vec<Option<String>>)>,
+    /// No new report before this (a few stuck PEs ask at about the same time).
+    hang_quiet_until: Option<Instant>,
+    /// PEs that did not answer the last hang report.
+    unresponsive: Vec<usize>,
+}
+
+impl State {
+    fn record_failure(&mut self, rank: usize, what: String) {
+        if !self.failures.iter().any(|(r, _)| *r == rank) {
+            self.failures.push((rank, what));
+        }
+    }
 }
 
 struct Shared {
     secret: Vec<u8>,
+    limits: StoreLimits,
+    /// Connections accepted whose HELLO has not been judged yet.
+    unauthenticated: AtomicUsize,
     state: Mutex<State>,
     changed: Condvar,
     stop: AtomicBool,
@@ -76,7 +114,25 @@ impl std::fmt::Debug for StoreServer {
 impl StoreServer {
     /// Binds `addr` and starts serving. `nranks` may be unknown (UniqueId
     /// init), in which case the first member fixes it.
+    ///
+    /// # Errors
+    /// The address is in use or cannot be bound, or the service thread
+    /// cannot be started.
     pub fn bind(addr: SocketAddr, nranks: Option<usize>, secret: Vec<u8>) -> Result<StoreServer> {
+        Self::bind_with_limits(addr, nranks, secret, StoreLimits::default())
+    }
+
+    /// [`StoreServer::bind`] with explicit limits for unauthenticated
+    /// connections.
+    ///
+    /// # Errors
+    /// As [`StoreServer::bind`].
+    pub fn bind_with_limits(
+        addr: SocketAddr,
+        nranks: Option<usize>,
+        secret: Vec<u8>,
+        limits: StoreLimits,
+    ) -> Result<StoreServer> {
         let listener = TcpListener::bind(addr).map_err(|e| {
             if e.kind() == io::ErrorKind::AddrInUse {
                 Error::Bootstrap(format!(
@@ -91,6 +147,8 @@ impl StoreServer {
             .map_err(|e| Error::os("getsockname of the config store", e))?;
         let shared = Arc::new(Shared {
             secret,
+            limits,
+            unauthenticated: AtomicUsize::new(0),
             state: Mutex::new(State {
                 nranks,
                 members: Vec::new(),
@@ -98,6 +156,11 @@ impl StoreServer {
                 kv: HashMap::new(),
                 waiting: HashMap::new(),
                 colls: HashMap::new(),
+                failures: Vec::new(),
+                hang_rounds: 0,
+                hang: None,
+                hang_quiet_until: None,
+                unresponsive: Vec::new(),
             }),
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -132,6 +195,14 @@ impl StoreServer {
         {
             mark_died(&mut st, rank, detail);
         }
+    }
+
+    /// The PE whose failure the store learned of first, by time: the first
+    /// to call global_exit or to drop its connection without leaving; with
+    /// what is known of it. Launchers name this PE rather than the first
+    /// one they happen to reap.
+    pub fn first_failure(&self) -> Option<(usize, String)> {
+        self.shared.lock().failures.first().cloned()
     }
 
     /// Waits until every member has left or died, or `timeout` passes.
@@ -207,7 +278,113 @@ fn broadcast(st: &mut State, reply: &Reply, except: Option<usize>) {
     }
 }
 
+/// Starts a hang report for `prober` unless one runs or ran recently.
+fn start_hang_report(st: &mut State, prober: usize, quiet: Duration, shared: Arc<Shared>) {
+    let now = Instant::now();
+    if st.hang.is_some() || st.hang_quiet_until.is_some_and(|t| now < t) {
+        shmem_log!(
+            Debug,
+            "config store: hang probe from PE {prober} ignored (a report ran recently)"
+        );
+        return;
+    }
+    shmem_log!(Debug, "config store: hang report asked by PE {prober}");
+    st.hang_rounds += 1;
+    let round = st.hang_rounds;
+    let rows = st
+        .status
+        .iter()
+        .map(|s| match s {
+            Membership::Joined => None,
+            Membership::Left => Some("has finalized (left the job)".to_string()),
+            Membership::Died => Some("has exited".to_string()),
+            Membership::Absent => Some("has not joined".to_string()),
+        })
+        .collect();
+    st.hang = Some((round, prober, rows));
+    st.hang_quiet_until = Some(now + quiet);
+    broadcast(st, &Reply::HangQuery { round }, None);
+    finish_hang_report(st, false);
+    // A stopped or wedged PE never answers: close the round without it.
+    let wait = quiet.clamp(Duration::from_millis(200), Duration::from_secs(5));
+    let _ = std::thread::Builder::new()
+        .name("shmem-store-hang".into())
+        .spawn(move || {
+            std::thread::sleep(wait);
+            let mut st = shared.lock();
+            if st.hang.as_ref().is_some_and(|h| h.0 == round) {
+                finish_hang_report(&mut st, true);
+            }
+        });
+}
+
+/// Records `rank`'s state in the running report (if it is `round`).
+fn hang_answer(st: &mut State, round: Option<u64>, rank: usize, state: String) {
+    if let Some((r, _, rows)) = st.hang.as_mut() {
+        if round.is_none_or(|x| x == *r) {
+            if let Some(slot) = rows.get_mut(rank) {
+                slot.get_or_insert(state);
+            }
+        }
+    }
+    finish_hang_report(st, false);
+}
+
+/// Sends the table to every PE once every PE has answered (or, with
+/// `now`, at once, naming the PEs that did not answer).
+fn finish_hang_report(st: &mut State, now: bool) {
+    let complete = st
+        .hang
+        .as_ref()
+        .is_some_and(|(_, _, rows)| rows.iter().all(Option::is_some));
+    if !complete && !now {
+        return;
+    }
+    if let Some((round, prober, rows)) = st.hang.take() {
+        st.unresponsive = (0..rows.len()).filter(|&r| rows[r].is_none()).collect();
+        let rows = rows
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| "has not answered (stopped or wedged?)".into()))
+            .collect();
+        broadcast(
+            st,
+            &Reply::HangTable {
+                round,
+                prober: prober as u32,
+                rows,
+            },
+            None,
+        );
+    }
+}
+
 fn mark_died(st: &mut State, rank: usize, detail: &str) {
+    // A PE that said why it was failing exited because of that.
+    let noted = st.kv.get(&crate::client::failure_key(rank)).map(|v| {
+        format!(
+            "it exited after failing with: {}",
+            String::from_utf8_lossy(v)
+        )
+    });
+    // Otherwise, if a hang report found PEs not answering, they are the
+    // likelier cause.
+    let silent: Vec<String> = st
+        .unresponsive
+        .iter()
+        .filter(|&&r| r != rank)
+        .map(|r| format!("PE {r}"))
+        .collect();
+    let detail = match noted {
+        Some(n) => n,
+        None if !silent.is_empty() => format!(
+            "{detail}; meanwhile {} has not answered the hang report (stopped or wedged?)",
+            silent.join(", ")
+        ),
+        None => detail.to_string(),
+    };
+    let detail = detail.as_str();
+    st.record_failure(rank, format!("exited: {detail}"));
+    hang_answer(st, None, rank, "has exited".into());
     if let Some(s) = st.status.get_mut(rank) {
         *s = Membership::Died;
     }
@@ -235,11 +412,22 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         }
         match conn {
             Ok((stream, peer)) => {
+                let cap = shared.limits.max_unauthenticated + shared.lock().nranks.unwrap_or(0);
+                if shared.unauthenticated.load(Ordering::SeqCst) >= cap {
+                    shmem_log!(
+                        Warn,
+                        "config store: refused {peer}: {cap} connections are already waiting to authenticate"
+                    );
+                    refuse_busy(stream);
+                    continue;
+                }
+                shared.unauthenticated.fetch_add(1, Ordering::SeqCst);
                 let s2 = shared.clone();
                 let spawned = std::thread::Builder::new()
                     .name("shmem-store-conn".into())
                     .spawn(move || serve(stream, peer, s2));
                 if let Err(e) = spawned {
+                    shared.unauthenticated.fetch_sub(1, Ordering::SeqCst);
                     shmem_log!(Warn, "config store: cannot serve {peer}: {e}");
                 }
             }
@@ -251,11 +439,82 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
+/// Text of the refusal sent to a connection over the unauthenticated cap;
+/// a joining PE that reads it tries again.
+pub(crate) const BUSY: &str = "busy: too many connections are waiting to authenticate";
+
+fn refuse_busy(mut stream: TcpStream) {
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+    let _ = write_frame(&mut stream, &Reply::Reject(BUSY.into()).encode());
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// Counts a connection as unauthenticated until dropped.
+struct PendingSlot<'a>(&'a AtomicUsize);
+
+impl Drop for PendingSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Reads exactly `buf.len()` bytes, all of them by `deadline`.
+fn read_exact_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "HELLO incomplete at its deadline ({got} of {} bytes)",
+                    buf.len()
+                ),
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(k) => got += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads the first frame of a connection: at most [`MAX_HELLO_FRAME`]
+/// bytes, all of it by `deadline`. `Ok(None)` when the peer closed first.
+fn read_hello(stream: &mut TcpStream, deadline: Instant) -> io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match read_exact_by(stream, &mut len, deadline) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let n = u32::from_le_bytes(len) as usize;
+    if n == 0 || n > MAX_HELLO_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("first frame of {n} bytes (a HELLO is at most {MAX_HELLO_FRAME})"),
+        ));
+    }
+    let mut body = vec![0u8; n];
+    read_exact_by(stream, &mut body, deadline)?;
+    Ok(Some(body))
+}
+
 fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    let pending = PendingSlot(&shared.unauthenticated);
+    let deadline = Instant::now() + shared.limits.hello_timeout;
     shmem_core::net::tune(&stream, LINK_TIMEOUT);
-    let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-    let hello = match read_frame(&mut stream).map(|f| f.map(|b| Request::decode(&b))) {
+    let hello = match read_hello(&mut stream, deadline).map(|f| f.map(|b| Request::decode(&b))) {
         Ok(Some(Ok(Request::Hello {
             rank,
             nranks,
@@ -278,6 +537,17 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         shmem_log!(Warn, "config store: rejected {peer}: {why}");
         let _ = write_frame(stream, &Reply::Reject(why).encode());
     };
+    // The job size comes before the secret: a default secret is derived
+    // from the size, so a PE that disagrees on it would otherwise only hear
+    // "wrong job secret".
+    let known = shared.lock().nranks;
+    if let Some(n) = known.filter(|&n| n != nranks) {
+        reject(
+            &mut stream,
+            format!("PE {rank} says the job has {nranks} PEs, the others say {n}"),
+        );
+        return;
+    }
     if !constant_time_eq(&secret, &shared.secret) {
         reject(&mut stream, "wrong job secret".into());
         return;
@@ -299,7 +569,7 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             drop(st);
             reject(
                 &mut stream,
-                format!("PE {rank} says the job has {nranks} PEs, others say {n}"),
+                format!("PE {rank} says the job has {nranks} PEs, the others say {n}"),
             );
             return;
         }
@@ -338,6 +608,7 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         }
         shared.changed.notify_all();
     }
+    drop(pending);
     let _ = stream.set_read_timeout(None);
     let end = loop {
         let frame = match read_frame(&mut stream) {
@@ -393,6 +664,7 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
                 }
             }
             Request::Abort { status, message } => {
+                st.record_failure(rank, format!("ended the job (status {status}): {message}"));
                 broadcast(
                     &mut st,
                     &Reply::Abort {
@@ -403,7 +675,19 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
                     None,
                 );
             }
+            Request::HangProbe { quiet_ms } => {
+                start_hang_report(
+                    &mut st,
+                    rank,
+                    Duration::from_millis(quiet_ms),
+                    shared.clone(),
+                );
+            }
+            Request::HangState { round, state } => {
+                hang_answer(&mut st, Some(round), rank, state);
+            }
             Request::Bye => {
+                hang_answer(&mut st, None, rank, "has finalized (left the job)".into());
                 send(&mut st, rank, &Reply::ByeOk);
                 st.status[rank] = Membership::Left;
                 st.members[rank] = None;

@@ -36,6 +36,8 @@ pub(crate) struct State {
     pub(crate) stage: (usize, usize),
     /// Serialises collectives that use the staging area (THREAD_MULTIPLE).
     pub(crate) stage_lock: Mutex<()>,
+    /// `SHMEM_DEBUG=1`: heap accesses are checked against live allocations.
+    pub(crate) debug: bool,
 }
 
 /// Where a symmetric address lives.
@@ -73,12 +75,22 @@ pub(crate) fn fatal(name: &str, msg: &str) -> ! {
     let st = STATE.read().ok().and_then(|g| g.clone());
     match st {
         Some(st) => {
-            let line = format!("shmem: PE {}: {name}: {msg}", st.rt.my_pe());
-            eprintln!("{line}");
+            let me = st.rt.my_pe();
+            // A failure caused by another PE's death is that PE's story: say
+            // so in one line and leave without ending the job a second time
+            // (the launcher names the PE that died first).
+            if let Some((pe, detail)) = st.rt.dead_pes().first() {
+                shmem_core::log::write_line(&format!(
+                    "shmem: PE {me}: {name}: stopping: PE {pe} exited first ({detail})"
+                ));
+                std::process::exit(1)
+            }
+            let line = format!("shmem: PE {me}: {name}: {msg}");
+            shmem_core::log::write_line(&line);
             st.rt.global_exit(1, &line)
         }
         None => {
-            eprintln!("shmem: {name}: {msg}");
+            shmem_core::log::write_line(&format!("shmem: {name}: {msg}"));
             std::process::exit(1)
         }
     }
@@ -92,6 +104,7 @@ pub(crate) fn install(shmem: Shmem) -> Result<()> {
     let amo = AmoService::start(&rt, &statics)?;
     let stage_len = STAGE_BYTES.min(rt.heap_size() / 8) / 64 * 64;
     let stage_off = rt.malloc_bytes(stage_len, 64)?;
+    let debug = rt.config().debug;
     let st = State {
         shmem,
         rt,
@@ -100,6 +113,7 @@ pub(crate) fn install(shmem: Shmem) -> Result<()> {
         amo,
         stage: (stage_off, stage_len),
         stage_lock: Mutex::new(()),
+        debug,
     };
     let st = Arc::new(st);
     let mut g = STATE.write().unwrap_or_else(|p| p.into_inner());
@@ -265,6 +279,9 @@ impl State {
     pub(crate) fn locate(&self, addr: *const u8, len: usize) -> Result<Sym> {
         if let Some(off) = self.rt.offset_of(addr) {
             self.rt.check_range(off, len)?;
+            if self.debug {
+                self.rt.check_allocated(off, len)?;
+            }
             return Ok(Sym::Heap(off));
         }
         if let Some((seg, off)) = self.statics.find(addr as usize, len) {

@@ -319,6 +319,8 @@ impl AmoService {
 }
 
 fn serve(rt: &Runtime, mailbox: usize, reply: usize, segments: &[Segment], stop: &AtomicBool) {
+    // Its endless wait for requests is not what the PE is doing.
+    shmem_core::Activity::mute_this_thread();
     let n = rt.n_pes();
     let inst = rt.instance();
     let base = rt.heap_base().as_ptr() as usize;

@@ -370,6 +370,85 @@ fn pe_out_of_range_ends_the_job_with_a_message() {
     assert!(err.contains("PE 2 is out of range"), "{err}");
 }
 
+/// Runs `errors CASE FILE` on `n` PEs (see [`failing`]).
+fn failing_on(case: &str, n: usize, round: usize) -> (JobReport, String) {
+    let file = libdir()
+        .join("capi-tests")
+        .join(format!("stderr-{case}-{n}-{round}.txt"));
+    let _ = std::fs::remove_file(&file);
+    let r = run("errors", n, &[case, file.to_str().expect("utf-8 path")]);
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let _ = std::fs::remove_file(&file);
+    (r, text)
+}
+
+#[test]
+fn the_pe_that_made_the_bad_call_reports_it_once_and_is_the_one_named() {
+    // PE 0 makes an undefined call while the others enter a barrier; the
+    // others may die before or after PE 0 is reaped, so repeat.
+    for round in 0..12 {
+        let (r, err) = failing_on("bad_pe", 4, round);
+        assert_eq!(
+            r.first_failure,
+            Some((0, PeEnd::Exited(1))),
+            "round {round}: the launcher blamed the wrong PE: {:?}\n{err}",
+            r.ends
+        );
+        let lines: Vec<&str> = err.lines().collect();
+        // Every line is whole (one write each): it starts where a message
+        // starts and holds one message.
+        for l in &lines {
+            assert!(
+                l.starts_with("shmem: PE ") && l.matches("shmem: ").count() == 1,
+                "round {round}: a cut or merged line {l:?} in:\n{err}"
+            );
+        }
+        let reports: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.contains("PE 4 is out of range"))
+            .collect();
+        assert_eq!(reports.len(), 1, "round {round}: {err}");
+        assert!(reports[0].starts_with("shmem: PE 0: shmem_"), "{err}");
+        // The others say at most one short line each, pointing at PE 0.
+        for pe in 1..4 {
+            let mine: Vec<&&str> = lines
+                .iter()
+                .filter(|l| l.starts_with(&format!("shmem: PE {pe}:")))
+                .collect();
+            assert!(mine.len() <= 1, "round {round}, PE {pe}: {err}");
+            if let Some(l) = mine.first() {
+                assert!(l.contains("PE 0") && l.len() < 200, "{l}");
+            }
+        }
+    }
+}
+
+#[test]
+fn use_after_free_is_a_one_line_diagnostic_under_shmem_debug() {
+    let file = libdir().join("capi-tests").join("stderr-uaf.txt");
+    let _ = std::fs::remove_file(&file);
+    let mut opts = LaunchOptions::new(2, programs().join("errors"));
+    opts.args = ["use_after_free", file.to_str().expect("utf-8 path")]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    opts.env = vec![("SHMEM_DEBUG".into(), "1".into())];
+    opts.timeout = Some(Duration::from_secs(90));
+    let r = launch(&opts).expect("launching errors");
+    let err = std::fs::read_to_string(&file).unwrap_or_default();
+    exited_cleanly(&r);
+    assert_eq!(r.first_failure, Some((0, PeEnd::Exited(1))), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("not inside a live allocation"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with("shmem: PE 0: shmem_") && lines[0].contains("use after free"),
+        "{err}"
+    );
+}
+
 #[test]
 fn collective_into_a_too_small_buffer_is_refused() {
     let (r, err) = failing("small_dest");

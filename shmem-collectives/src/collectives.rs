@@ -179,6 +179,8 @@ pub(crate) struct Call<'a> {
     pub(crate) me: usize,
     /// Team size.
     pub(crate) n: usize,
+    /// Records the call for the hang report while it runs.
+    _in_call: shmem_core::ActivityGuard<'a>,
 }
 
 impl Call<'_> {
@@ -540,6 +542,26 @@ impl Collectives {
         self.begin_release(team, op, desc, local, describe, self.shared_release)
     }
 
+    /// Checks `team`, locks its state and records the call for the hang
+    /// report (until the returned call is dropped).
+    fn open_call<'a>(&'a self, team: &'a Team, op: &'static str) -> Result<Call<'a>> {
+        self.check_team(team)?;
+        let state = team.lock_state();
+        let in_call = self
+            .rt
+            .activity()
+            .enter(op, team.hang_label(), state.seq + 1);
+        Ok(Call {
+            coll: self,
+            rt: &self.rt,
+            team,
+            state,
+            me: team.my_pe(),
+            n: team.n_pes(),
+            _in_call: in_call,
+        })
+    }
+
     /// [`Collectives::begin`] choosing the linear handshake's release:
     /// `shared` reads team PE 0's release word (one wake-up for all), else
     /// team PE 0 signals each member's own word. `team_destroy` needs the
@@ -554,15 +576,7 @@ impl Collectives {
         describe: &dyn Fn() -> String,
         shared: bool,
     ) -> Result<Call<'a>> {
-        self.check_team(team)?;
-        let mut call = Call {
-            coll: self,
-            rt: &self.rt,
-            team,
-            state: team.lock_state(),
-            me: team.my_pe(),
-            n: team.n_pes(),
-        };
+        let mut call = self.open_call(team, op)?;
         let mine = match local {
             Ok(()) => desc.value(),
             Err(_) => BAD_ARGS,
@@ -595,15 +609,7 @@ impl Collectives {
         finish: crate::fold::Finish<'_>,
     ) -> Result<Vec<u8>> {
         {
-            self.check_team(team)?;
-            let mut call = Call {
-                coll: self,
-                rt: &self.rt,
-                team,
-                state: team.lock_state(),
-                me: team.my_pe(),
-                n: team.n_pes(),
-            };
+            let mut call = self.open_call(team, op)?;
             let value = match local {
                 Ok(()) => desc.value(),
                 Err(_) => BAD_ARGS,

@@ -160,6 +160,15 @@ impl Team {
         self.inner.destroyed.load(Ordering::Acquire)
     }
 
+    /// The team's name in the hang report.
+    pub(crate) fn hang_label(&self) -> &'static str {
+        match self.inner.kind {
+            TeamKind::World => "WORLD",
+            TeamKind::Shared => "SHARED",
+            TeamKind::Split => "split",
+        }
+    }
+
     pub(crate) fn lock_state(&self) -> MutexGuard<'_, TeamState> {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }

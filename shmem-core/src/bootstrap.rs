@@ -1,7 +1,244 @@
 //! The control-plane contract: how PEs find each other and exchange small data.
 
-use crate::error::Result;
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
 use crate::PeId;
+
+/// What the data plane knows about the job's health, readable on every
+/// operation for the price of one relaxed atomic load.
+///
+/// The control plane marks a PE dead as soon as it learns of the death (the
+/// PE's store connection closed, or a launcher reaped it); the runtime marks
+/// itself finalized. While [`PeerHealth::word`] is zero nothing needs a
+/// closer look; otherwise [`PeerHealth::check`] tells whether an operation
+/// may proceed.
+#[derive(Debug, Default)]
+pub struct PeerHealth {
+    word: AtomicU64,
+    dead: Mutex<Vec<(PeId, String)>>,
+}
+
+impl PeerHealth {
+    /// Bit of [`PeerHealth::word`]: the runtime has been finalized.
+    pub const FINALIZED: u64 = 1;
+    /// Bit of [`PeerHealth::word`]: at least one PE is dead.
+    pub const PEER_DEAD: u64 = 2;
+
+    /// A record with every PE alive.
+    pub fn new() -> PeerHealth {
+        PeerHealth::default()
+    }
+
+    /// Zero while every PE is alive and the runtime live (one relaxed load).
+    #[inline]
+    pub fn word(&self) -> u64 {
+        self.word.load(Ordering::Relaxed)
+    }
+
+    /// Records that `pe` exited (`detail`: what is known of how). The first
+    /// detail recorded for a PE is kept.
+    pub fn mark_dead(&self, pe: PeId, detail: &str) {
+        let mut dead = self.dead.lock().unwrap_or_else(|p| p.into_inner());
+        if !dead.iter().any(|(p, _)| *p == pe) {
+            dead.push((pe, detail.to_string()));
+        }
+        self.word.fetch_or(Self::PEER_DEAD, Ordering::Release);
+    }
+
+    /// Records that the runtime was finalized.
+    pub fn mark_finalized(&self) {
+        self.word.fetch_or(Self::FINALIZED, Ordering::Release);
+    }
+
+    /// The PEs known dead, in the order they were reported.
+    pub fn dead(&self) -> Vec<(PeId, String)> {
+        self.dead.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The slow path behind a non-zero [`PeerHealth::word`].
+    ///
+    /// # Errors
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] when
+    /// `target` is a dead PE, or, for `target == None` (an operation on every
+    /// peer such as `quiet`), when any PE is dead.
+    #[cold]
+    pub fn check(&self, target: Option<PeId>) -> Result<()> {
+        let w = self.word.load(Ordering::Acquire);
+        if w & Self::FINALIZED != 0 {
+            return Err(Error::NotInitialized);
+        }
+        if w & Self::PEER_DEAD == 0 {
+            return Ok(());
+        }
+        let dead = self.dead.lock().unwrap_or_else(|p| p.into_inner());
+        let hit = match target {
+            Some(pe) => dead.iter().find(|(p, _)| *p == pe),
+            None => dead.first(),
+        };
+        match hit {
+            Some((pe, detail)) => Err(Error::PeerExited {
+                pe: *pe,
+                detail: detail.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What this PE is blocked in, for the hang report: the outermost
+/// collective, allocation or wait it has entered. Entering costs a few
+/// atomic stores (a sequence lock); the control plane reads it from another
+/// thread.
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// Nesting depth of entered calls (only the outermost is recorded).
+    depth: AtomicUsize,
+    /// Sequence lock over the fields below: odd while they are written,
+    /// bumped by two on every outermost entry, so a watcher that sees the
+    /// same even value far apart knows the PE stayed in one call.
+    generation: AtomicU64,
+    call_ptr: AtomicPtr<u8>,
+    call_len: AtomicUsize,
+    team_ptr: AtomicPtr<u8>,
+    team_len: AtomicUsize,
+    seq: AtomicU64,
+}
+
+/// Leaves the call entered with [`Activity::enter`] when dropped.
+#[derive(Debug)]
+pub struct ActivityGuard<'a>(Option<&'a Activity>);
+
+impl Drop for ActivityGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(a) = self.0 {
+            a.depth.fetch_sub(1, Ordering::Release);
+        }
+    }
+}
+
+thread_local! {
+    /// Set on service threads whose endless waits are not the PE's calls.
+    static MUTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A snapshot of [`Activity`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActivityState {
+    /// Changes whenever the PE enters a new outermost call.
+    pub generation: u64,
+    /// `call #seq (team T)`, or `None` when the PE is in no blocking call.
+    pub label: Option<String>,
+}
+
+impl Activity {
+    /// Nothing entered yet.
+    pub fn new() -> Activity {
+        Activity::default()
+    }
+
+    /// Records entry into `call` number `seq` (on `team`, if not empty).
+    /// Only the outermost call is recorded; the guard leaves it.
+    #[inline]
+    pub fn enter(&self, call: &'static str, team: &'static str, seq: u64) -> ActivityGuard<'_> {
+        if MUTED.with(|m| m.get()) {
+            return ActivityGuard(None);
+        }
+        if self.depth.fetch_add(1, Ordering::AcqRel) == 0 {
+            let g = self.generation.load(Ordering::Relaxed);
+            self.generation.store(g | 1, Ordering::Relaxed);
+            fence(Ordering::Release);
+            self.call_ptr
+                .store(call.as_ptr() as *mut u8, Ordering::Relaxed);
+            self.call_len.store(call.len(), Ordering::Relaxed);
+            self.team_ptr
+                .store(team.as_ptr() as *mut u8, Ordering::Relaxed);
+            self.team_len.store(team.len(), Ordering::Relaxed);
+            self.seq.store(seq, Ordering::Relaxed);
+            self.generation.store((g | 1) + 1, Ordering::Release);
+        }
+        ActivityGuard(Some(self))
+    }
+
+    /// Keeps the calling thread's calls out of every [`Activity`]: for a
+    /// library service thread whose waits are not what the PE is doing.
+    pub fn mute_this_thread() {
+        MUTED.with(|m| m.set(true));
+    }
+
+    /// Changes whenever the PE enters a new outermost call.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire) & !1
+    }
+
+    /// Whether the PE is inside a recorded call (one relaxed load).
+    #[inline]
+    pub fn busy(&self) -> bool {
+        self.depth.load(Ordering::Relaxed) != 0
+    }
+
+    /// What the PE is in now.
+    pub fn state(&self) -> ActivityState {
+        loop {
+            let g = self.generation.load(Ordering::Acquire);
+            let busy = self.depth.load(Ordering::Acquire) != 0;
+            let fields = (
+                self.call_ptr.load(Ordering::Relaxed),
+                self.call_len.load(Ordering::Relaxed),
+                self.team_ptr.load(Ordering::Relaxed),
+                self.team_len.load(Ordering::Relaxed),
+                self.seq.load(Ordering::Relaxed),
+            );
+            fence(Ordering::Acquire);
+            if g & 1 == 1 || self.generation.load(Ordering::Relaxed) != g {
+                std::hint::spin_loop();
+                continue;
+            }
+            let (cp, cl, tp, tl, seq) = fields;
+            if !busy || cp.is_null() {
+                return ActivityState {
+                    generation: g,
+                    label: None,
+                };
+            }
+            // SAFETY: a consistent snapshot (the sequence lock held still)
+            // of pointer and length pairs taken from `&'static str`s.
+            let (call, team) = unsafe {
+                (
+                    std::str::from_utf8_unchecked(std::slice::from_raw_parts(cp, cl)),
+                    if tp.is_null() {
+                        ""
+                    } else {
+                        std::str::from_utf8_unchecked(std::slice::from_raw_parts(tp, tl))
+                    },
+                )
+            };
+            let mut label = call.to_string();
+            if seq != 0 {
+                label.push_str(&format!(" #{seq}"));
+            }
+            if !team.is_empty() {
+                label.push_str(&format!(" (team {team})"));
+            }
+            return ActivityState {
+                generation: g,
+                label: Some(label),
+            };
+        }
+    }
+}
+
+/// When and how the control plane reports a PE stuck in one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HangPolicy {
+    /// Report after this long in one call (`SHMEM_HANG_REPORT`).
+    pub report_after: Duration,
+    /// End the job after printing the report (`SHMEM_HANG_ABORT`).
+    pub abort: bool,
+}
 
 /// Control plane of one job: rank, size and a few slow collectives over bytes.
 ///
@@ -44,4 +281,80 @@ pub trait Bootstrap: Send + Sync {
     }
     /// Leaves the job cleanly (collective). Later calls fail.
     fn finalize(&self) -> Result<()>;
+    /// Asks the control plane to mark PEs dead in `health` as soon as it
+    /// learns of their death (including deaths already known). The default
+    /// does nothing: such a bootstrap only reports deaths through
+    /// [`Bootstrap::check_peers`].
+    fn watch_peers(&self, health: std::sync::Arc<PeerHealth>) {
+        let _ = health;
+    }
+    /// Asks the control plane to watch `activity` and, when this PE stays
+    /// in one call longer than `policy.report_after`, to have every PE
+    /// report what it is doing and one PE print the table. The default does
+    /// nothing (no hang report).
+    fn watch_activity(&self, activity: std::sync::Arc<Activity>, policy: HangPolicy) {
+        let _ = (activity, policy);
+    }
+    /// One-line summary of the last hang report, if one ran (timeouts cite
+    /// it: it names the PEs that diverged or did not answer).
+    fn hang_summary(&self) -> Option<String> {
+        None
+    }
+    /// Tells the job why this PE is failing (a timeout, say), so that if it
+    /// exits, the others hear the cause rather than only that it exited.
+    fn note_failure(&self, what: &str) {
+        let _ = what;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_names_the_dead_pe_only_for_operations_aimed_at_it() {
+        let h = PeerHealth::new();
+        assert_eq!(h.word(), 0);
+        assert!(h.check(Some(1)).is_ok());
+        h.mark_dead(2, "killed by signal 9");
+        h.mark_dead(2, "a later report");
+        assert_ne!(h.word(), 0);
+        assert!(h.check(Some(1)).is_ok());
+        let e = h.check(Some(2)).unwrap_err().to_string();
+        assert_eq!(e, "PE 2 exited: killed by signal 9");
+        let e = h.check(None).unwrap_err().to_string();
+        assert!(e.contains("PE 2 exited"), "{e}");
+        h.mark_finalized();
+        assert!(matches!(h.check(Some(1)), Err(Error::NotInitialized)));
+    }
+
+    #[test]
+    fn activity_records_the_outermost_call() {
+        let a = Activity::new();
+        assert_eq!(a.state().label, None);
+        {
+            let _outer = a.enter("barrier", "WORLD", 7);
+            let g = a.state().generation;
+            {
+                let _inner = a.enter("wait_until", "", 1);
+                assert_eq!(a.state().label.as_deref(), Some("barrier #7 (team WORLD)"));
+                assert_eq!(a.state().generation, g);
+            }
+            assert!(a.busy());
+        }
+        assert!(!a.busy());
+        assert_eq!(a.state().label, None);
+        let w = a.enter("wait_until", "", 2);
+        assert_eq!(a.state().label.as_deref(), Some("wait_until #2"));
+        drop(w);
+        // A muted service thread's calls are not the PE's.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                Activity::mute_this_thread();
+                let _svc = a.enter("service", "", 1);
+                assert!(!a.busy());
+                assert_eq!(a.state().label, None);
+            });
+        });
+    }
 }

@@ -70,6 +70,7 @@ impl Completion {
 
     /// Runs `then` when the last part finishes (before waiters are released);
     /// its error becomes the operation's error. Runs at once if already done.
+    /// Several continuations run in the order they were added.
     pub fn then(&self, then: impl FnOnce() -> Result<()> + Send + 'static) {
         let mut slot = self.lock();
         if slot.done {
@@ -78,7 +79,11 @@ impl Completion {
                 self.lock().error.get_or_insert(e.to_string());
             }
         } else {
-            slot.then = Some(Box::new(then));
+            // Continuations run in the order they were added.
+            slot.then = Some(match slot.then.take() {
+                None => Box::new(then),
+                Some(first) => Box::new(move || first().and_then(|_| then())),
+            });
         }
     }
 

@@ -215,6 +215,15 @@ config_table! {
     /// Whole-wait timeout.
     wait_timeout: Duration = "SHMEM_WAIT_TIMEOUT", "0",
         "Seconds after which a wait_until/signal_wait fails with a timeout (0 = wait forever, still failing when a PE dies)";
+    /// Hang report delay.
+    hang_report: Duration = "SHMEM_HANG_REPORT", "10",
+        "Seconds a PE may wait in one collective, allocation or wait before every PE reports its current call and one prints a table of who diverged (0 = off)";
+    /// End a job whose hang was reported.
+    hang_abort: bool = "SHMEM_HANG_ABORT", "0",
+        "1 ends the job (status 1) after the hang report instead of waiting on";
+    /// Diagnostic checks in the C API.
+    debug: bool = "SHMEM_DEBUG", "0",
+        "1 makes the C API check every heap access against the live allocations: a use after free (or of memory never allocated) ends the job with a one-line diagnostic";
     /// Rank set by a launcher.
     rank: String = "SHMEM_RANK", "",
         "This PE's rank (set by shmemrun; RANK, SLURM_PROCID are also read)";

@@ -80,6 +80,20 @@ pub enum Error {
         /// Offset that was passed.
         offset: usize,
     },
+    /// A handle (or a view of it) used after its object was freed.
+    #[error("symmetric object at heap offset {offset:#x} was freed: this handle and every view of it are stale (use after free)")]
+    UseAfterFree {
+        /// Heap offset the stale handle names.
+        offset: usize,
+    },
+    /// A heap range outside every live allocation (`SHMEM_DEBUG=1` checks).
+    #[error("heap range [{offset:#x}, +{len}) is not inside a live allocation: use after free, or never allocated (SHMEM_DEBUG)")]
+    NotAllocated {
+        /// Start of the range.
+        offset: usize,
+        /// Its length.
+        len: usize,
+    },
     /// PEs called a collective with different arguments.
     #[error("collective `{op}` called with different arguments across PEs: {details}")]
     CollectiveMismatch {

@@ -1,9 +1,11 @@
 //! The symmetric heap: its backing memory ([`Heap`], [`MemfdHeap`]) and the
 //! deterministic allocator that gives identical offsets on every PE.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 
@@ -242,6 +244,14 @@ impl Allocator {
         Ok(len)
     }
 
+    /// Whether `[offset, offset + len)` lies inside one live allocation.
+    pub fn contains(&self, offset: usize, len: usize) -> bool {
+        self.live
+            .range(..=offset)
+            .next_back()
+            .is_some_and(|(&start, &(_, l))| offset + len <= start + l)
+    }
+
     /// Usable length of the live allocation at `offset`.
     pub fn len_of(&self, offset: usize) -> Option<usize> {
         self.live.get(&offset).map(|&(_, l)| l)
@@ -308,9 +318,134 @@ impl Allocator {
     }
 }
 
+/// Most allocations whose generation is tracked at once; allocations beyond
+/// it get [`crate::sym::UNTRACKED`] handles (still correct, not checked).
+pub const TRACKED_ALLOCATIONS: usize = 1 << 16;
+
+/// Generation numbers of live allocations, so that a handle to a freed
+/// object is refused: each tracked allocation owns a slot whose number
+/// changes when it is freed. Checking a handle is one relaxed load.
+pub struct Generations {
+    slots: Box<[AtomicU32]>,
+    inner: Mutex<GenInner>,
+}
+
+#[derive(Default)]
+struct GenInner {
+    free: Vec<u32>,
+    next: u32,
+    by_offset: HashMap<usize, u32>,
+}
+
+impl std::fmt::Debug for Generations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        f.debug_struct("Generations")
+            .field("live", &g.by_offset.len())
+            .finish()
+    }
+}
+
+impl Default for Generations {
+    fn default() -> Self {
+        Generations::new()
+    }
+}
+
+impl Generations {
+    /// An empty table.
+    pub fn new() -> Generations {
+        Generations {
+            slots: (0..TRACKED_ALLOCATIONS)
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+            inner: Mutex::new(GenInner::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, GenInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A tag for the allocation just made at `offset`.
+    pub fn issue(&self, offset: usize) -> u64 {
+        let mut g = self.lock();
+        if let Some(old) = g.by_offset.remove(&offset) {
+            // Freed without retire (raw offsets): retire it now.
+            self.slots[old as usize].fetch_add(1, Ordering::Relaxed);
+            g.free.push(old);
+        }
+        let slot = match g.free.pop() {
+            Some(s) => s,
+            None if (g.next as usize) < TRACKED_ALLOCATIONS => {
+                g.next += 1;
+                g.next - 1
+            }
+            None => return crate::sym::UNTRACKED,
+        };
+        g.by_offset.insert(offset, slot);
+        let generation = self.slots[slot as usize].load(Ordering::Relaxed);
+        ((slot as u64) << 32) | generation as u64
+    }
+
+    /// Marks the allocation at `offset` freed: its tags stop being live.
+    pub fn retire(&self, offset: usize) {
+        let mut g = self.lock();
+        if let Some(slot) = g.by_offset.remove(&offset) {
+            self.slots[slot as usize].fetch_add(1, Ordering::Relaxed);
+            g.free.push(slot);
+        }
+    }
+
+    /// Whether `tag` names an allocation that has not been freed.
+    #[inline]
+    pub fn is_live(&self, tag: u64) -> bool {
+        if tag == crate::sym::UNTRACKED {
+            return true;
+        }
+        match self.slots.get((tag >> 32) as usize) {
+            Some(s) => s.load(Ordering::Relaxed) == tag as u32,
+            None => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn contains_tells_live_ranges_from_freed_ones() {
+        let mut a = Allocator::new(1 << 20);
+        let x = a.alloc(100, 8).unwrap();
+        let y = a.alloc(64, 8).unwrap();
+        assert!(a.contains(x, 100) && a.contains(x + 10, 8) && a.contains(y, 64));
+        assert!(!a.contains(x, 200));
+        a.free(x).unwrap();
+        assert!(!a.contains(x, 8));
+        assert!(a.contains(y, 64));
+        assert!(!a.contains(0, 8));
+    }
+
+    #[test]
+    fn freed_generations_are_not_live_and_slots_are_reused() {
+        let g = Generations::new();
+        let a = g.issue(4096);
+        let b = g.issue(8192);
+        assert!(g.is_live(a) && g.is_live(b));
+        assert!(g.is_live(crate::sym::UNTRACKED));
+        g.retire(4096);
+        assert!(!g.is_live(a));
+        assert!(g.is_live(b));
+        // The slot comes back for the next allocation at the same offset,
+        // under a new generation: the stale tag stays dead.
+        let c = g.issue(4096);
+        assert_eq!(c >> 32, a >> 32);
+        assert_ne!(c, a);
+        assert!(g.is_live(c) && !g.is_live(a));
+        g.retire(12345); // unknown offsets are ignored
+        assert!(!g.is_live(u64::MAX - 1));
+    }
 
     #[test]
     fn same_calls_same_offsets() {

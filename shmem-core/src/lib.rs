@@ -49,7 +49,7 @@ pub mod wait;
 
 pub use inventory;
 
-pub use bootstrap::Bootstrap;
+pub use bootstrap::{Activity, ActivityGuard, ActivityState, Bootstrap, HangPolicy, PeerHealth};
 pub use completion::{Completion, Handle};
 pub use config::Config;
 pub use error::{Error, Result};

@@ -76,10 +76,21 @@ pub fn emit(lvl: Level, args: std::fmt::Arguments<'_>) {
         Level::Trace => "TRACE",
     };
     if pe == usize::MAX {
-        eprintln!("[shmem {tag} pid {}] {args}", std::process::id());
+        write_line(&format!("[shmem {tag} pid {}] {args}", std::process::id()));
     } else {
-        eprintln!("[shmem {tag} PE {pe}] {args}");
+        write_line(&format!("[shmem {tag} PE {pe}] {args}"));
     }
+}
+
+/// Writes `line` and a newline to stderr in one `write` call, so that the
+/// lines of several PEs sharing a terminal, pipe or file never interleave
+/// (`eprintln!` writes each formatted piece separately).
+pub fn write_line(line: &str) {
+    use std::io::Write;
+    let mut buf = Vec::with_capacity(line.len() + 1);
+    buf.extend_from_slice(line.as_bytes());
+    buf.push(b'\n');
+    let _ = std::io::stderr().lock().write_all(&buf);
 }
 
 /// Logs at a level: `shmem_log!(Info, "routing {x}")`.

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::bootstrap::Bootstrap;
+use crate::bootstrap::{Activity, Bootstrap, HangPolicy, PeerHealth};
 use crate::completion::{Completion, Handle};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::heap::{Allocator, Heap, MemfdHeap};
+use crate::heap::{Allocator, Generations, Heap, MemfdHeap};
 use crate::sym::{AtomicElement, AtomicInteger, Element, SymBuf, SymRef, SymSlice, WaitElement};
 use crate::topology::Topology;
 use crate::transport::{
@@ -55,6 +55,8 @@ pub struct Runtime {
     heap: Arc<dyn Heap>,
     bootstrap: Arc<dyn Bootstrap>,
     allocator: Mutex<Allocator>,
+    /// Generations of live allocations (use-after-free checks).
+    gens: Generations,
     topology: Topology,
     transports: Vec<Arc<dyn Transport>>,
     routes: Vec<u8>,
@@ -73,6 +75,12 @@ pub struct Runtime {
     config: Config,
     policy: WaitPolicy,
     finalized: AtomicBool,
+    /// Dead PEs and finalize, one relaxed load on every operation.
+    health: Arc<PeerHealth>,
+    /// The blocking call this PE is in (hang report).
+    activity: Arc<Activity>,
+    /// Allocation collectives run so far (their number in the hang report).
+    alloc_seq: std::sync::atomic::AtomicU64,
 }
 
 // SAFETY: `base` points into `heap`, which is Send + Sync and outlives the
@@ -243,6 +251,7 @@ impl Runtime {
             heap,
             bootstrap,
             allocator: Mutex::new(Allocator::new(size)),
+            gens: Generations::new(),
             topology,
             transports,
             routes,
@@ -253,7 +262,20 @@ impl Runtime {
             config,
             policy,
             finalized: AtomicBool::new(false),
+            health: Arc::new(PeerHealth::new()),
+            activity: Arc::new(Activity::new()),
+            alloc_seq: std::sync::atomic::AtomicU64::new(0),
         };
+        rt.bootstrap.watch_peers(rt.health.clone());
+        if !rt.config.hang_report.is_zero() {
+            rt.bootstrap.watch_activity(
+                rt.activity.clone(),
+                HangPolicy {
+                    report_after: rt.config.hang_report,
+                    abort: rt.config.hang_abort,
+                },
+            );
+        }
         shmem_log!(
             Info,
             "PE {my_pe}/{n_pes}: heap {size} bytes, routes {}",
@@ -331,10 +353,31 @@ impl Runtime {
 
     #[inline]
     fn live(&self) -> Result<()> {
-        if self.finalized.load(Ordering::Relaxed) {
+        if self.health.word() & PeerHealth::FINALIZED != 0 {
             return Err(Error::NotInitialized);
         }
         Ok(())
+    }
+
+    /// Like `live`, and fails naming `pe` once the control plane has
+    /// reported it dead (one relaxed load while all is well).
+    #[inline]
+    fn live_for(&self, pe: PeId) -> Result<()> {
+        if self.health.word() != 0 {
+            self.health.check(Some(pe))?;
+        }
+        Ok(())
+    }
+
+    /// What this PE is blocked in, for the hang report (collectives record
+    /// their calls here).
+    pub fn activity(&self) -> &Activity {
+        &self.activity
+    }
+
+    /// The PEs the control plane has reported dead, with what is known of how.
+    pub fn dead_pes(&self) -> Vec<(PeId, String)> {
+        self.health.dead()
     }
 
     /// Errors unless `pe` is in `0..n_pes`.
@@ -377,14 +420,14 @@ impl Runtime {
 
     #[inline]
     fn route(&self, pe: PeId) -> Result<&dyn Transport> {
-        self.live()?;
+        self.live_for(pe)?;
         self.check_pe(pe)?;
         Ok(self.transports[self.routes[pe] as usize].as_ref())
     }
 
     #[inline]
     fn async_route(&self, pe: PeId) -> Result<&dyn Transport> {
-        self.live()?;
+        self.live_for(pe)?;
         self.check_pe(pe)?;
         Ok(self.transports[self.async_routes[pe] as usize].as_ref())
     }
@@ -402,7 +445,24 @@ impl Runtime {
 
     fn check_slice<T: Element>(&self, s: &SymSlice<T>) -> Result<()> {
         self.check_instance(s.instance())?;
+        self.check_tag(s.tag(), s.offset())?;
         self.check_range(s.offset(), s.byte_len())
+    }
+
+    /// Errors if `tag` names an allocation that has been freed.
+    #[inline]
+    fn check_tag(&self, tag: u64, offset: usize) -> Result<()> {
+        if !self.gens.is_live(tag) {
+            return Err(Error::UseAfterFree { offset });
+        }
+        Ok(())
+    }
+
+    /// Instance and liveness of one element's handle.
+    #[inline]
+    fn check_ref<T: Element>(&self, r: &SymRef<T>) -> Result<()> {
+        self.check_instance(r.instance())?;
+        self.check_tag(r.tag(), r.offset())
     }
 
     #[inline]
@@ -444,6 +504,13 @@ impl Runtime {
     // ----- memory management (collective) --------------------------------
 
     fn agree(&self, kind: CollectiveKind, a: u64, b: u64) -> Result<()> {
+        let call = match kind {
+            CollectiveKind::Malloc => "malloc",
+            CollectiveKind::Free => "free",
+            CollectiveKind::Realloc => "realloc",
+        };
+        let seq = self.alloc_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let _in_call = self.activity.enter(call, "", seq);
         let mut msg = [0u8; 17];
         msg[0] = kind as u8;
         msg[1..9].copy_from_slice(&a.to_le_bytes());
@@ -510,7 +577,9 @@ impl Runtime {
     pub fn free_bytes(&self, offset: usize) -> Result<()> {
         self.live()?;
         self.agree(CollectiveKind::Free, offset as u64, 0)?;
-        self.allocator().free(offset).map(|_| ())
+        self.allocator().free(offset)?;
+        self.gens.retire(offset);
+        Ok(())
     }
 
     /// Resizes the allocation at `offset`, keeping its contents (collective).
@@ -538,8 +607,23 @@ impl Runtime {
                 new
             }
         };
+        // Old handles are stale even when the block stayed in place.
+        self.gens.retire(offset);
         self.bootstrap.barrier()?;
         Ok(new)
+    }
+
+    /// Errors unless `[offset, offset + len)` lies inside one live
+    /// allocation (a diagnostic check: it takes the allocator's lock).
+    ///
+    /// # Errors
+    /// [`Error::NotAllocated`] for a freed or never-allocated range.
+    pub fn check_allocated(&self, offset: usize, len: usize) -> Result<()> {
+        if self.allocator().contains(offset, len.max(1)) {
+            Ok(())
+        } else {
+            Err(Error::NotAllocated { offset, len })
+        }
     }
 
     /// Bytes still free in the heap, and the largest free block.
@@ -566,26 +650,44 @@ impl Runtime {
     pub fn calloc<T: Element>(&self, count: usize) -> Result<SymBuf<T>> {
         let bytes = elems_bytes::<T>(count)?;
         let off = self.calloc_bytes(bytes, std::mem::align_of::<T>())?;
-        Ok(SymBuf::from_raw_parts(off, count, self.instance))
+        Ok(self.tagged(off, count))
     }
 
     /// Allocates `count` elements of `T` aligned to `alignment` bytes (collective).
+    ///
+    /// # Errors
+    /// `alignment` is not a power of two (0 included), the heap is
+    /// exhausted, or the PEs disagree on the arguments.
     pub fn align_alloc<T: Element>(&self, alignment: usize, count: usize) -> Result<SymBuf<T>> {
+        if !alignment.is_power_of_two() {
+            return Err(Error::invalid(
+                "alignment",
+                format!("{alignment} is not a power of two"),
+            ));
+        }
         let bytes = elems_bytes::<T>(count)?;
         let off = self.malloc_bytes(bytes, alignment.max(std::mem::align_of::<T>()))?;
-        Ok(SymBuf::from_raw_parts(off, count, self.instance))
+        Ok(self.tagged(off, count))
+    }
+
+    /// A handle to the allocation just made at `offset`, with a fresh
+    /// generation tag.
+    fn tagged<T: Element>(&self, offset: usize, count: usize) -> SymBuf<T> {
+        SymBuf::from_raw_parts_tagged(offset, count, self.instance, self.gens.issue(offset))
     }
 
     /// Resizes a symmetric object to `count` elements, keeping its prefix (collective).
     pub fn realloc<T: Element>(&self, buf: SymBuf<T>, count: usize) -> Result<SymBuf<T>> {
         self.check_instance(buf.instance())?;
+        self.check_tag(buf.tag(), buf.offset())?;
         let off = self.realloc_bytes(buf.offset(), elems_bytes::<T>(count)?)?;
-        Ok(SymBuf::from_raw_parts(off, count, self.instance))
+        Ok(self.tagged(off, count))
     }
 
     /// Frees a symmetric object (collective).
     pub fn free<T: Element>(&self, buf: SymBuf<T>) -> Result<()> {
         self.check_instance(buf.instance())?;
+        self.check_tag(buf.tag(), buf.offset())?;
         self.free_bytes(buf.offset())
     }
 
@@ -601,7 +703,7 @@ impl Runtime {
     /// Copies `src` into `pe`'s heap at `dst`.
     #[inline]
     pub fn put_bytes(&self, pe: PeId, dst: usize, src: &[u8]) -> Result<()> {
-        self.live()?;
+        self.live_for(pe)?;
         self.check_range(dst, src.len())?;
         if let Some(base) = self.direct(pe) {
             // SAFETY: [dst, dst+len) lies in `pe`'s mapped heap (checked);
@@ -624,7 +726,7 @@ impl Runtime {
     /// Copies `pe`'s heap at `src` into `dst`.
     #[inline]
     pub fn get_bytes(&self, pe: PeId, src: usize, dst: &mut [u8]) -> Result<()> {
-        self.live()?;
+        self.live_for(pe)?;
         self.check_range(src, dst.len())?;
         if let Some(base) = self.direct(pe) {
             // SAFETY: [src, src+len) lies in `pe`'s mapped heap (checked);
@@ -698,7 +800,21 @@ impl Runtime {
         let t = self.async_route(pe)?;
         self.check_range(dst, len)?;
         // SAFETY: forwarded contract.
-        unsafe { t.put_async(pe, dst, src, len) }
+        let c = unsafe { t.put_async(pe, dst, src, len) }?;
+        self.fail_if_dies(&c, pe);
+        Ok(c)
+    }
+
+    /// Makes `c` end in an error naming `pe` if `pe` is known dead when the
+    /// copy finishes.
+    fn fail_if_dies(&self, c: &Completion, pe: PeId) {
+        let health = self.health.clone();
+        c.then(move || {
+            if health.word() != 0 {
+                health.check(Some(pe))?;
+            }
+            Ok(())
+        });
     }
 
     /// Starts a get on the bulk engine and returns its completion.
@@ -715,7 +831,9 @@ impl Runtime {
         let t = self.async_route(pe)?;
         self.check_range(src, len)?;
         // SAFETY: forwarded contract.
-        unsafe { t.get_async(pe, src, dst, len) }
+        let c = unsafe { t.get_async(pe, src, dst, len) }?;
+        self.fail_if_dies(&c, pe);
+        Ok(c)
     }
 
     /// Non-blocking put that owns its source: the handle gives the buffer
@@ -761,7 +879,7 @@ impl Runtime {
     }
 
     fn external_engine(&self, pe: PeId) -> Result<&dyn Transport> {
-        self.live()?;
+        self.live_for(pe)?;
         self.check_pe(pe)?;
         self.transports
             .iter()
@@ -816,13 +934,13 @@ impl Runtime {
 
     /// Writes one element.
     pub fn p<T: Element>(&self, dst: SymRef<T>, value: T, pe: PeId) -> Result<()> {
-        self.check_instance(dst.instance())?;
+        self.check_ref(&dst)?;
         self.put_bytes(pe, dst.offset(), as_bytes(std::slice::from_ref(&value)))
     }
 
     /// Reads one element.
     pub fn g<T: Element>(&self, src: SymRef<T>, pe: PeId) -> Result<T> {
-        self.check_instance(src.instance())?;
+        self.check_ref(&src)?;
         let mut v = std::mem::MaybeUninit::<T>::uninit();
         // SAFETY: a byte view of the uninitialised value, fully written by
         // get_bytes before being read (Element: every bit pattern is valid).
@@ -938,7 +1056,7 @@ impl Runtime {
     /// Performs a raw atomic on `pe`'s heap at `offset` (bounds and alignment checked).
     #[inline]
     pub fn atomic_raw(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
-        self.live()?;
+        self.live_for(pe)?;
         self.check_atomic(offset, width.bytes())?;
         if let Some(base) = self.direct(pe) {
             // SAFETY: in-heap, aligned word of `pe`'s mapped heap (checked).
@@ -951,7 +1069,7 @@ impl Runtime {
     }
 
     fn amo<T: AtomicElement>(&self, target: SymRef<T>, pe: PeId, op: AmoOp) -> Result<T> {
-        self.check_instance(target.instance())?;
+        self.check_ref(&target)?;
         self.atomic_raw(pe, target.offset(), T::WIDTH, op)
             .map(T::from_bits)
     }
@@ -1075,7 +1193,7 @@ impl Runtime {
     // ----- signals --------------------------------------------------------
 
     fn check_signal(&self, sig: SymRef<u64>) -> Result<()> {
-        self.check_instance(sig.instance())?;
+        self.check_ref(&sig)?;
         self.check_atomic(sig.offset(), 8)
     }
 
@@ -1148,7 +1266,7 @@ impl Runtime {
     /// Updates `sig` on `pe` without data.
     #[inline]
     pub fn signal_op(&self, sig: SymRef<u64>, value: u64, op: SignalOp, pe: PeId) -> Result<()> {
-        self.live()?;
+        self.live_for(pe)?;
         self.check_signal(sig)?;
         if let Some(base) = self.direct(pe) {
             // SAFETY: in-heap, aligned signal word of `pe`'s mapped heap (checked).
@@ -1246,20 +1364,14 @@ impl Runtime {
                 format!("PE {pe}'s heap is not mapped into this PE; wait on local memory instead"),
             ));
         };
-        let bs = &self.bootstrap;
         // SAFETY: a mapped heap starts with its control block and stays
         // mapped for the runtime's life.
         unsafe {
-            wait::wait_until(
+            self.wait_in(
                 base.as_ptr() as *const ControlBlock,
-                self.policy,
                 wait::Span::bytes(offset, len),
+                Some(pe),
                 ready,
-                || bs.check_peers(),
-                |d| Error::Timeout {
-                    what: format!("wait on PE {pe}'s symmetric memory (SHMEM_WAIT_TIMEOUT)"),
-                    secs: d.as_secs_f64(),
-                },
             )
         }
     }
@@ -1272,18 +1384,53 @@ impl Runtime {
     }
 
     fn wait_watching(&self, watch: wait::Span, ready: impl FnMut() -> bool) -> Result<()> {
-        let bs = &self.bootstrap;
         // SAFETY: the control block sits at offset 0 of our live heap.
+        unsafe { self.wait_in(self.control_block(), watch, None, ready) }
+    }
+
+    /// Waits on the heap whose control block is `cb` (ours, or mapped PE
+    /// `peer`'s, which a timeout names).
+    ///
+    /// # Safety
+    /// `cb` must be the control block of a heap mapped for the runtime's life.
+    unsafe fn wait_in(
+        &self,
+        cb: *const ControlBlock,
+        watch: wait::Span,
+        peer: Option<PeId>,
+        ready: impl FnMut() -> bool,
+    ) -> Result<()> {
+        let bs = &self.bootstrap;
+        // Recorded for the hang report once the wait starts sleeping (free
+        // on the fast path); a collective's own entry takes precedence.
+        let mut in_call = None;
+        // SAFETY: guaranteed by the caller.
         unsafe {
             wait::wait_until(
-                self.control_block(),
+                cb,
                 self.policy,
                 watch,
                 ready,
-                || bs.check_peers(),
-                |d| Error::Timeout {
-                    what: "wait on symmetric memory (SHMEM_WAIT_TIMEOUT)".into(),
-                    secs: d.as_secs_f64(),
+                || {
+                    in_call.get_or_insert_with(|| self.activity.enter("wait_until", "", 0));
+                    bs.check_peers()
+                },
+                |d| {
+                    let mut what = match peer {
+                        Some(pe) => {
+                            format!("wait on PE {pe}'s symmetric memory (SHMEM_WAIT_TIMEOUT)")
+                        }
+                        None => "wait on symmetric memory (SHMEM_WAIT_TIMEOUT)".to_string(),
+                    };
+                    if let Some(h) = bs.hang_summary() {
+                        what.push_str(&format!("; last hang report: {h}"));
+                    }
+                    let e = Error::Timeout {
+                        what,
+                        secs: d.as_secs_f64(),
+                    };
+                    bs.note_failure(&e.to_string());
+                    e
                 },
             )
         }
@@ -1326,6 +1473,7 @@ impl Runtime {
 
     /// Waits until this PE's `ivar <cmp> value`.
     pub fn wait_until<T: WaitElement>(&self, ivar: SymRef<T>, cmp: Cmp, value: T) -> Result<()> {
+        self.check_ref(&ivar)?;
         let p = self.wait_ptrs(SymSlice::<T>::from_raw_parts(
             ivar.offset(),
             1,
@@ -1338,6 +1486,7 @@ impl Runtime {
 
     /// Whether `ivar <cmp> value` holds now.
     pub fn test<T: WaitElement>(&self, ivar: SymRef<T>, cmp: Cmp, value: T) -> Result<bool> {
+        self.check_ref(&ivar)?;
         let p = self.wait_ptrs(SymSlice::<T>::from_raw_parts(
             ivar.offset(),
             1,
@@ -1538,6 +1687,7 @@ impl Runtime {
 
     /// Copies this PE's part of a symmetric object into a `Vec`.
     pub fn read_local<T: Element>(&self, src: impl Into<SymSlice<T>>) -> Result<Vec<T>> {
+        self.live()?;
         let src = src.into();
         self.check_slice(&src)?;
         let mut v = Vec::<T>::with_capacity(src.len());
@@ -1556,6 +1706,7 @@ impl Runtime {
 
     /// Copies `data` into this PE's part of a symmetric object.
     pub fn write_local<T: Element>(&self, dst: impl Into<SymSlice<T>>, data: &[T]) -> Result<()> {
+        self.live()?;
         let dst = dst.into();
         self.check_slice(&dst)?;
         fits(data.len(), dst.len())?;
@@ -1576,6 +1727,7 @@ impl Runtime {
     /// # Safety
     /// No other PE (or thread) may write the range while the slice lives.
     pub unsafe fn local_slice<T: Element>(&self, src: impl Into<SymSlice<T>>) -> Result<&[T]> {
+        self.live()?;
         let src = src.into();
         self.check_slice(&src)?;
         // SAFETY: in-heap range; element alignment holds because allocations
@@ -1595,6 +1747,7 @@ impl Runtime {
         &self,
         dst: impl Into<SymSlice<T>>,
     ) -> Result<&mut [T]> {
+        self.live()?;
         let dst = dst.into();
         self.check_slice(&dst)?;
         // SAFETY: as for `local_slice`; exclusivity is the caller's.
@@ -1642,6 +1795,7 @@ impl Runtime {
     ) -> Result<Option<NonNull<T>>> {
         let obj = obj.into();
         self.check_instance(obj.instance())?;
+        self.check_tag(obj.tag(), obj.offset())?;
         Ok(self.peer_ptr(obj.offset(), pe)?.map(|p| p.cast()))
     }
 
@@ -1666,15 +1820,24 @@ impl Runtime {
     }
 
     /// Completes every outstanding operation of this PE.
+    ///
+    /// # Errors
+    /// After finalize; when an engine fails; and once any PE has been
+    /// reported dead (naming it), since operations to it cannot have
+    /// completed.
     pub fn quiet(&self) -> Result<()> {
         self.live()?;
-        self.in_use
+        let r = self
+            .in_use
             .iter()
-            .try_for_each(|&i| self.transports[i as usize].quiet())?;
+            .try_for_each(|&i| self.transports[i as usize].quiet());
         // One full fence for all engines: every store this PE made (copies
         // on mapped heaps included) is ordered before anything after quiet.
         std::sync::atomic::fence(Ordering::SeqCst);
-        Ok(())
+        if self.health.word() != 0 {
+            self.health.check(None)?;
+        }
+        r
     }
 
     /// Ends the whole job with `status` (OpenSHMEM `global_exit`).
@@ -1692,6 +1855,7 @@ impl Runtime {
         let q = self.quiet();
         let b = self.bootstrap.barrier();
         self.finalized.store(true, Ordering::Release);
+        self.health.mark_finalized();
         let f = self.bootstrap.finalize();
         q.and(b).and(f)
     }

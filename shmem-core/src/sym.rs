@@ -99,6 +99,9 @@ macro_rules! wait_elem {
 wait_elem!(i16 => AtomicI16; u16 => AtomicU16; i32 => AtomicI32; u32 => AtomicU32;
            i64 => AtomicI64; u64 => AtomicU64; isize => AtomicI64; usize => AtomicU64);
 
+/// The tag of a handle made from raw parts: no use-after-free check applies.
+pub const UNTRACKED: u64 = u64::MAX;
+
 /// An owning handle to `len` elements of `T` in the symmetric heap.
 ///
 /// It is not `Clone`: `free` consumes it, so a double free cannot be written
@@ -110,6 +113,7 @@ pub struct SymBuf<T: Element> {
     offset: usize,
     len: usize,
     instance: u32,
+    tag: u64,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -119,6 +123,7 @@ pub struct SymSlice<T: Element> {
     offset: usize,
     len: usize,
     instance: u32,
+    tag: u64,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -134,6 +139,7 @@ impl<T: Element> Copy for SymSlice<T> {}
 pub struct SymRef<T: Element> {
     offset: usize,
     instance: u32,
+    tag: u64,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -189,6 +195,11 @@ macro_rules! view_methods {
         pub fn instance(&self) -> u32 {
             self.instance
         }
+        /// Generation tag of the allocation it belongs to ([`UNTRACKED`]
+        /// for handles made from raw parts).
+        pub fn tag(&self) -> u64 {
+            self.tag
+        }
         /// A sub-range; an error if it runs past the end.
         pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<SymSlice<T>> {
             let (s, e) = range_of(range, self.len)?;
@@ -196,6 +207,7 @@ macro_rules! view_methods {
                 offset: self.offset + s * std::mem::size_of::<T>(),
                 len: e - s,
                 instance: self.instance,
+                tag: self.tag,
                 _t: PhantomData,
             })
         }
@@ -213,6 +225,7 @@ macro_rules! view_methods {
             Ok(SymRef {
                 offset: self.offset + index * std::mem::size_of::<T>(),
                 instance: self.instance,
+                tag: self.tag,
                 _t: PhantomData,
             })
         }
@@ -220,12 +233,19 @@ macro_rules! view_methods {
 }
 
 impl<T: Element> SymBuf<T> {
-    /// Wraps an allocation (used by the runtime and by language bindings).
+    /// Wraps an allocation (used by the runtime and by language bindings);
+    /// its uses are not checked against later frees.
     pub fn from_raw_parts(offset: usize, len: usize, instance: u32) -> SymBuf<T> {
+        Self::from_raw_parts_tagged(offset, len, instance, UNTRACKED)
+    }
+    /// Wraps an allocation whose generation tag the allocator issued: every
+    /// use of it, or of a view of it, fails once it has been freed.
+    pub fn from_raw_parts_tagged(offset: usize, len: usize, instance: u32, tag: u64) -> SymBuf<T> {
         SymBuf {
             offset,
             len,
             instance,
+            tag,
             _t: PhantomData,
         }
     }
@@ -235,6 +255,7 @@ impl<T: Element> SymBuf<T> {
             offset: self.offset,
             len: self.len,
             instance: self.instance,
+            tag: self.tag,
             _t: PhantomData,
         }
     }
@@ -248,6 +269,7 @@ impl<T: Element> SymSlice<T> {
             offset,
             len,
             instance,
+            tag: UNTRACKED,
             _t: PhantomData,
         }
     }
@@ -260,8 +282,14 @@ impl<T: Element> SymRef<T> {
         SymRef {
             offset,
             instance,
+            tag: UNTRACKED,
             _t: PhantomData,
         }
+    }
+    /// Generation tag of the allocation it belongs to ([`UNTRACKED`] for
+    /// references made from raw parts).
+    pub fn tag(&self) -> u64 {
+        self.tag
     }
     /// Byte offset in the symmetric heap.
     pub fn offset(&self) -> usize {
@@ -283,13 +311,23 @@ impl<T: Element> From<&SymBuf<T>> for SymSlice<T> {
 /// allocated with one element).
 impl<T: Element> From<&SymBuf<T>> for SymRef<T> {
     fn from(b: &SymBuf<T>) -> Self {
-        SymRef::from_raw_parts(b.offset, b.instance)
+        SymRef {
+            offset: b.offset,
+            instance: b.instance,
+            tag: b.tag,
+            _t: PhantomData,
+        }
     }
 }
 
 impl<T: Element> From<SymSlice<T>> for SymRef<T> {
     fn from(s: SymSlice<T>) -> Self {
-        SymRef::from_raw_parts(s.offset, s.instance)
+        SymRef {
+            offset: s.offset,
+            instance: s.instance,
+            tag: s.tag,
+            _t: PhantomData,
+        }
     }
 }
 

@@ -306,6 +306,10 @@ fn cpu_binding(n: usize) -> Vec<usize> {
     allowed.into_iter().take(n).collect()
 }
 
+/// How long the launcher waits for the PE the store saw fail first to end,
+/// once another PE's failure has been reaped, before stopping the job.
+const BLAME_GRACE: Duration = Duration::from_secs(2);
+
 /// Starts the job and waits for it. Errors only when the job could not be
 /// started; a failing PE is reported in the [`JobReport`].
 pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
@@ -470,6 +474,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
 
     let mut ends: Vec<Option<PeEnd>> = vec![None; n];
     let mut first_failure = None;
+    // (PE to blame, the failed PE reaped first, until when to wait for the former).
+    let mut blame: Option<(usize, (usize, PeEnd), Instant)> = None;
     let mut interrupted = None;
     let mut kill_at: Option<Instant> = None;
     let mut timed_out = false;
@@ -514,7 +520,32 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
             // Within one poll, a PE killed by a signal is the likelier cause:
             // the others typically exit with an error reporting its death.
             failed_now.sort_by_key(|&(pe, end)| (matches!(end, PeEnd::Exited(_)), pe));
-            if let Some(&(pe, end)) = failed_now.first() {
+            if blame.is_none() {
+                if let Some(&reaped) = failed_now.first() {
+                    // The store saw the failures in the order they happened
+                    // (a PE's abort or its connection closing); the reap
+                    // order is only the order this loop polls in.
+                    let culprit = store
+                        .as_ref()
+                        .and_then(|s| s.first_failure())
+                        .and_then(|(rank, _)| rank.checked_sub(first))
+                        .filter(|&pe| pe < n);
+                    blame = Some((
+                        culprit.unwrap_or(reaped.0),
+                        reaped,
+                        Instant::now() + BLAME_GRACE,
+                    ));
+                }
+            }
+            // Wait (briefly) for the culprit to end before stopping the
+            // rest, so that its own exit status is the one reported.
+            let decided = blame.and_then(|(pe, reaped, until)| match ends[pe] {
+                Some(end) if !end.ok() => Some((pe, end)),
+                Some(_) => Some(reaped),
+                None if Instant::now() >= until => Some(reaped),
+                None => None,
+            });
+            if let Some((pe, end)) = decided {
                 first_failure = Some((first + pe, end));
                 if let Some(s) = &store {
                     s.report_exit(first + pe, &format!("it {end}"));

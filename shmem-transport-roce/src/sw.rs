@@ -172,7 +172,18 @@ impl QueuePair {
         counters.issued.fetch_add(1, Ordering::AcqRel);
         if let Err(e) = wire::send(&mut *w, &req.encode(), payload) {
             drop(w);
-            let why = format!("connection to PE {} at {} failed: {e}", self.pe, self.addr);
+            let why = if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) {
+                format!(
+                    "PE {} at {} took no data for the link timeout (stopped or wedged; SHMEM_LINK_TIMEOUT)",
+                    self.pe, self.addr
+                )
+            } else {
+                format!("connection to PE {} at {} failed: {e}", self.pe, self.addr)
+            };
+            *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
             if let Some(p) = self.lock_pending().remove(&req.seq) {
                 p.fail(&why);
                 counters.complete(Some(&why));
@@ -186,6 +197,55 @@ impl QueuePair {
     }
 }
 
+/// Reads a queue pair's responses with a watchdog: while requests are
+/// outstanding, a peer that sends nothing for `link` (a stopped or wedged
+/// process, whose kernel still keeps the connection up) is an error.
+struct Watchdog<'a> {
+    s: &'a mut TcpStream,
+    pending: &'a Mutex<HashMap<u64, Pending>>,
+    link: Duration,
+    heard: Instant,
+}
+
+impl Watchdog<'_> {
+    fn read_exact(&mut self, buf: &mut [u8], qp_pe: PeId) -> std::result::Result<(), String> {
+        let mut got = 0;
+        while got < buf.len() {
+            match self.s.read(&mut buf[got..]) {
+                Ok(0) => return Err("failed to fill whole buffer".into()),
+                Ok(k) => {
+                    got += k;
+                    self.heard = Instant::now();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    let idle = self
+                        .pending
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .is_empty();
+                    if idle && got == 0 {
+                        self.heard = Instant::now();
+                    } else if self.heard.elapsed() >= self.link {
+                        return Err(format!(
+                            "PE {qp_pe} did not answer for {:.1} s (stopped or wedged; SHMEM_LINK_TIMEOUT)",
+                            self.heard.elapsed().as_secs_f64()
+                        ));
+                    }
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn completion_loop(
     mut s: TcpStream,
     qp_pe: PeId,
@@ -194,10 +254,20 @@ fn completion_loop(
     failed: Arc<Mutex<Option<String>>>,
     counters: Arc<Counters>,
     stopping: Arc<AtomicBool>,
+    link: Duration,
 ) {
+    let _ = s.set_read_timeout(Some(
+        link.clamp(Duration::from_millis(10), Duration::from_millis(500)),
+    ));
+    let mut wd = Watchdog {
+        s: &mut s,
+        pending: &pending,
+        link,
+        heard: Instant::now(),
+    };
     let why = loop {
         let mut h = [0u8; RESPONSE_LEN];
-        if let Err(e) = s.read_exact(&mut h) {
+        if let Err(e) = wd.read_exact(&mut h, qp_pe) {
             break format!("connection to PE {qp_pe} at {addr} lost: {e}");
         }
         let r = match Response::decode(&h) {
@@ -219,8 +289,10 @@ fn completion_loop(
             (Status::Data, Pending::Read { dst, len, done }) if r.len as usize == len => {
                 // SAFETY: the poster keeps `dst` valid for `len` bytes until `done` completes.
                 let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
-                if let Err(e) = s.read_exact(buf) {
+                if let Err(e) = wd.read_exact(buf, qp_pe) {
                     let why = format!("connection to PE {qp_pe} lost during a read: {e}");
+                    // Later posts must fail as soon as this read does.
+                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
                     done.finish_part(Err(err(why.clone())));
                     counters.complete(Some(&why));
                     break why;
@@ -235,7 +307,7 @@ fn completion_loop(
             }
             (Status::Nak, p) => {
                 let mut msg = vec![0u8; (r.len as usize).min(4096)];
-                let _ = s.read_exact(&mut msg);
+                let _ = wd.read_exact(&mut msg, qp_pe);
                 let why = format!(
                     "PE {qp_pe} refused the request: {}",
                     String::from_utf8_lossy(&msg)
@@ -587,7 +659,7 @@ impl SwVerbs {
                     );
                     let reader = std::thread::Builder::new()
                         .name(format!("shmem-roce-cq-{pe}"))
-                        .spawn(move || completion_loop(reader_s, pe, addr, p2, f2, c2, st2))
+                        .spawn(move || completion_loop(reader_s, pe, addr, p2, f2, c2, st2, link))
                         .map_err(|e| Error::os("spawning a completion thread", e))?;
                     qps[pe] = Some(QueuePair {
                         pe,
@@ -761,6 +833,9 @@ fn connect(
                 s.read_exact(&mut ok)
                     .map_err(|e| Error::os(format!("queue-pair handshake with {addr}"), e))?;
                 let _ = s.set_read_timeout(None);
+                // A peer that stops reading (stopped, wedged) fails a post
+                // after the link timeout instead of blocking it forever.
+                let _ = s.set_write_timeout(Some(link));
                 return Ok(s);
             }
             Err(e) if Instant::now() >= deadline => {

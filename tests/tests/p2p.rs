@@ -110,6 +110,131 @@ fn killed_pe_during_signal_wait_is_named_within_2s() {
 }
 
 #[test]
+fn rma_to_a_killed_pe_fails_naming_it_on_every_engine() {
+    for engine in ["HCCS", "SDMA", "ROCE"] {
+        for n in [2, 4] {
+            let mut o = shmem_tests::LaunchOptions::new(n, PE);
+            o.args = vec!["rma_to_dead".into()];
+            o.env = vec![("SHMEM_TEST_ENGINE".into(), engine.into())];
+            o.timeout = Some(shmem_tests::JOB_TIMEOUT);
+            o.kill_grace = std::time::Duration::from_secs(20);
+            let r = shmem_tests::launch(&o).unwrap();
+            for (pe, end) in r.ends.iter().enumerate() {
+                let want = if pe == 1 {
+                    PeEnd::Signaled(libc::SIGKILL)
+                } else {
+                    PeEnd::Exited(3)
+                };
+                assert_eq!(*end, want, "{engine} at {n} PEs, PE {pe}: {r:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn freed_handles_and_views_are_refused() {
+    at_sizes("stale_handles", &[1, 2, 4], &[]);
+}
+
+/// Runs `hang_mismatch` on `n` PEs with `env`; the job's report and the
+/// PEs' stderr.
+fn hang_job(n: usize, env: &[(&str, &str)], name: &str) -> (shmem_tests::JobReport, String) {
+    let log =
+        std::env::temp_dir().join(format!("shmem-hang-{name}-{n}-{}.txt", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let mut env: Vec<(&str, &str)> = env.to_vec();
+    let path = log.to_string_lossy().into_owned();
+    env.push(("HANG_LOG", &path));
+    let r = run_job(PE, n, &["hang_mismatch"], &env);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    (r, text)
+}
+
+#[test]
+fn a_collective_mismatch_is_reported_as_a_hang_table_and_can_end_the_job() {
+    for n in [2, 4] {
+        let (r, text) = hang_job(
+            n,
+            &[("SHMEM_HANG_REPORT", "1"), ("SHMEM_HANG_ABORT", "1")],
+            "abort",
+        );
+        assert!(!r.success() && !r.timed_out, "{r:?}\n{text}");
+        assert_eq!(text.matches("shmem: hang report").count(), 1, "{text}");
+        let others = (1..n).map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+        let others = if n == 2 {
+            "PE 1 is".to_string()
+        } else {
+            format!("PEs {others} are")
+        };
+        let want = "the PEs diverged (collective mismatch): PE 0 is in malloc #";
+        assert!(text.contains(want), "want {want:?} in:\n{text}");
+        let want = format!("; {others} in barrier #");
+        assert!(text.contains(&want), "want {want:?} in:\n{text}");
+        assert!(text.contains("(team WORLD)"), "{text}");
+        assert!(
+            text.contains("ending the job (SHMEM_HANG_ABORT=1)"),
+            "{text}"
+        );
+        assert_eq!(r.exit_code(), 1, "{r:?}");
+    }
+}
+
+#[test]
+fn without_hang_abort_the_report_is_printed_once_and_the_job_waits_on() {
+    // The waits end by their own timeouts after the report.
+    let (r, text) = hang_job(
+        2,
+        &[
+            ("SHMEM_HANG_REPORT", "1"),
+            ("SHMEM_WAIT_TIMEOUT", "4"),
+            ("SHMEM_BOOTSTRAP_TIMEOUT", "4"),
+        ],
+        "wait",
+    );
+    assert!(!r.success() && !r.timed_out, "{r:?}\n{text}");
+    assert_eq!(text.matches("shmem: hang report").count(), 1, "{text}");
+    assert!(text.contains("PE 0 is in malloc #"), "{text}");
+    assert!(text.contains("; PE 1 is in barrier #"), "{text}");
+    assert!(text.contains("the job goes on waiting"), "{text}");
+    assert!(text.contains("timed out"), "{text}");
+}
+
+#[test]
+fn a_stopped_pe_is_named_by_every_other_pe_within_the_timeouts() {
+    for engine in ["HCCS", "SDMA", "ROCE"] {
+        for n in [2, 4] {
+            let mut o = shmem_tests::LaunchOptions::new(n, PE);
+            o.args = vec!["stop_in_barrier".into()];
+            o.env = [
+                ("SHMEM_TEST_ENGINE", engine),
+                ("SHMEM_HANG_REPORT", "1"),
+                ("SHMEM_WAIT_TIMEOUT", "6"),
+                ("SHMEM_LINK_TIMEOUT", "4"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            o.timeout = Some(shmem_tests::JOB_TIMEOUT);
+            o.kill_grace = std::time::Duration::from_secs(3);
+            let r = shmem_tests::launch(&o).unwrap();
+            assert!(!r.timed_out, "{engine} at {n} PEs: {r:?}");
+            for (pe, end) in r.ends.iter().enumerate() {
+                if pe == 1 {
+                    assert!(matches!(end, PeEnd::Signaled(_)), "{engine} {n}: {r:?}");
+                } else {
+                    assert_eq!(
+                        *end,
+                        PeEnd::Exited(3),
+                        "{engine} at {n} PEs, PE {pe}: {r:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn unknown_engine_lists_the_linked_ones() {
     let r = run_job(PE, 2, &["rma"], &[("SHMEM_TEST_ENGINE", "NOPE")]);
     assert!(!r.success());

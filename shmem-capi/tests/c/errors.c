@@ -35,6 +35,10 @@ int main(int argc, char **argv) {
         /* the active set {1} does not hold PE 0 */
         static long psync[SHMEM_BARRIER_SYNC_SIZE];
         shmem_barrier(1, 0, 1, psync);
+    } else if (strcmp(argv[1], "use_after_free") == 0) {
+        int *p = shmem_malloc(64 * sizeof(int));
+        shmem_free(p);
+        if (me == 0) shmem_int_p(p, 1, n - 1);
     } else if (strcmp(argv[1], "global_exit") == 0 && me == n - 1) {
         shmem_global_exit(7);
     }

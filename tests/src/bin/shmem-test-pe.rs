@@ -691,6 +691,198 @@ fn kill_in_wait(pe: &Shmem) -> Result<()> {
     }
 }
 
+/// Sends this process's stderr to the file named by `HANG_LOG` (appending,
+/// so every PE's lines land in one file the test reads).
+fn stderr_to_log() -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let Ok(path) = std::env::var("HANG_LOG") else {
+        return Ok(());
+    };
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| Error::os(format!("opening {path}"), e))?;
+    // SAFETY: dup2 onto fd 2 of two open descriptors.
+    if unsafe { libc::dup2(f.as_raw_fd(), 2) } < 0 {
+        return Err(Error::os("dup2", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// PE 1 stops itself (SIGSTOP); the others' blocking get from it and then
+/// their barrier must fail within their timeouts, naming PE 1.
+fn stop_in_barrier(pe: &Shmem) -> Result<()> {
+    let me = pe.my_pe();
+    // Survivors must report by themselves, not be stopped by the launcher.
+    // SAFETY: ignoring SIGTERM has no memory-safety implications.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    let buf = pe.calloc::<u64>(1 << 10)?;
+    pe.barrier_all()?;
+    if me == 1 {
+        // SAFETY: stopping ourselves; the launcher kills us at the end.
+        unsafe { libc::raise(libc::SIGSTOP) };
+        return Err(Error::invalid("check", "PE 1 was continued"));
+    }
+    let mut dst = vec![0u64; 1 << 10];
+    // Over HCCS/SDMA the stopped PE's memory is mapped here and the get
+    // completes; over ROCE its engine must give up after SHMEM_LINK_TIMEOUT.
+    let r = pe
+        .get(&mut dst, buf.slice(..)?, 1)
+        .and_then(|_| pe.barrier_all());
+    match r {
+        Err(e)
+            if e.to_string().contains("PE 1 has not answered")
+                || e.to_string().contains("PE 1 did not answer")
+                || e.to_string().contains("PE 1 at") =>
+        {
+            eprintln!("PE {me}: failed as expected: {e}");
+            std::process::exit(3)
+        }
+        other => Err(Error::invalid(
+            "check",
+            format!("PE {me}: with PE 1 stopped, got {other:?}"),
+        )),
+    }
+}
+
+/// PE 0 allocates while the others enter a barrier: a deadlock the hang
+/// report must explain.
+fn hang_mismatch(pe: &Shmem) -> Result<()> {
+    stderr_to_log()?;
+    pe.barrier_all()?;
+    if pe.my_pe() == 0 {
+        let _stuck = pe.calloc::<u64>(4)?;
+    } else {
+        pe.barrier_all()?;
+    }
+    Err(Error::invalid(
+        "check",
+        format!("PE {}: the mismatched calls returned", pe.my_pe()),
+    ))
+}
+
+/// Handles to freed objects, and views of them, are refused; so is local
+/// access after finalize and an alignment of 0.
+fn stale_handles(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let right = (me + 1) % n;
+    let a = pe.calloc::<u64>(16)?;
+    let view = a.slice(2..4)?;
+    let one = a.at(0)?;
+    let old_offset = a.offset();
+    pe.free(a)?;
+    const UAF: &str = "use after free";
+    expect_err(me, pe.put(view, &[1, 2], right), UAF)?;
+    let mut two = [0u64; 2];
+    expect_err(me, pe.get(&mut two, view, right), UAF)?;
+    expect_err(me, pe.read_local(view), UAF)?;
+    expect_err(me, pe.write_local(view, &[5, 6]), UAF)?;
+    expect_err(me, pe.p(one, 9, right), UAF)?;
+    expect_err(me, pe.atomic_fetch_add(one, 1, right), UAF)?;
+    expect_err(me, pe.test(one, Cmp::Eq, 0), UAF)?;
+    // The space is reused by the next allocation; stale views still fail
+    // and the new object works.
+    let b = pe.calloc::<u64>(16)?;
+    check!(
+        me,
+        b.offset() == old_offset,
+        "expected reuse of offset {old_offset:#x}, got {:#x}",
+        b.offset()
+    );
+    expect_err(me, pe.put(view, &[1, 2], right), UAF)?;
+    pe.put(b.slice(2..4)?, &[me as u64, 77], right)?;
+    pe.barrier_all()?;
+    let left = (me + n - 1) % n;
+    let got = pe.read_local(b.slice(..)?)?;
+    let mut want = vec![0u64; 16];
+    want[2] = left as u64;
+    want[3] = 77;
+    check!(me, got == want, "new object holds {got:?}, want {want:?}");
+    // realloc retires the old handle's views too.
+    let keep = b.slice(0..1)?;
+    let c = pe.realloc(b, 8)?;
+    expect_err(me, pe.read_local(keep), UAF)?;
+    check!(
+        me,
+        pe.read_local(c.slice(2..4)?)? == vec![left as u64, 77],
+        "realloc kept the prefix"
+    );
+    expect_err(me, pe.align_alloc::<u64>(0, 4), "alignment")?;
+    expect_err(me, pe.align_alloc::<u64>(24, 4), "alignment")?;
+    pe.finalize()?;
+    expect_err(me, pe.read_local(c.slice(..)?), "not initialized")?;
+    expect_err(me, pe.write_local(c.slice(0..1)?, &[1]), "not initialized")?;
+    std::process::exit(0)
+}
+
+/// PE 1 is killed; every other PE keeps reading from it until an operation
+/// fails, and then every kind of operation aimed at PE 1 (and `quiet`) must
+/// fail naming it, while operations on live PEs still work.
+fn rma_to_dead(pe: &Shmem) -> Result<()> {
+    let me = pe.my_pe();
+    // SAFETY: ignoring SIGTERM has no memory-safety implications.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    let big = 1 << 20;
+    let buf = pe.calloc::<u8>(big)?;
+    let sig = pe.calloc::<u64>(1)?;
+    pe.barrier_all()?;
+    if me == 1 {
+        // SAFETY: raising SIGKILL on ourselves.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    // Blocking gets from PE 1 succeed until the control plane reports the
+    // death; the safety net only keeps a broken build from looping forever.
+    let t = Instant::now();
+    let net = t + Duration::from_secs(30);
+    let mut word = [0u8; 8];
+    let mut gets = 0u64;
+    let (first, dt) = loop {
+        match pe.get(&mut word, buf.slice(0..8)?, 1) {
+            Ok(()) => gets += 1,
+            Err(e) => break (e.to_string(), t.elapsed()),
+        }
+        if Instant::now() > net {
+            return Err(Error::invalid(
+                "check",
+                format!("PE {me}: {gets} gets from dead PE 1 all returned Ok"),
+            ));
+        }
+    };
+    // Over ROCE the engine's own link may notice first and say so its way.
+    let roce = std::env::var("SHMEM_TEST_ENGINE").is_ok_and(|e| e.eq_ignore_ascii_case("roce"));
+    let needle = if roce { "PE 1" } else { "PE 1 exited" };
+    check!(me, first.contains(needle), "first error: {first}");
+    let src = vec![7u8; big];
+    let mut dst = vec![0u8; big];
+    expect_err(me, pe.put(buf.slice(..)?, &src, 1), needle)?;
+    expect_err(me, pe.get(&mut dst, buf.slice(..)?, 1), needle)?;
+    expect_err(me, pe.p(sig.at(0)?, 1, 1), needle)?;
+    expect_err(me, pe.atomic_fetch_add(sig.at(0)?, 1, 1), needle)?;
+    expect_err(me, pe.signal_op(sig.at(0)?, 1, SignalOp::Set, 1), needle)?;
+    expect_err(
+        me,
+        pe.put_signal(buf.slice(0..8)?, &[1u8; 8], sig.at(0)?, 1, SignalOp::Set, 1),
+        needle,
+    )?;
+    expect_err(
+        me,
+        pe.put_handle(buf.slice(..)?, src.clone(), 1).map(|_| ()),
+        needle,
+    )?;
+    // SAFETY: `src` outlives the quiet below.
+    let nbi = unsafe { pe.put_nbi(buf.slice(..)?, &src, 1) };
+    expect_err(me, nbi, needle)?;
+    expect_err(me, pe.quiet(), needle)?;
+    // This PE's own heap is still reachable (the other survivors may have
+    // exited already).
+    pe.put(buf.slice(0..8)?, &[me as u8; 8], me)?;
+    pe.get(&mut word, buf.slice(0..8)?, me)?;
+    check!(me, word == [me as u8; 8], "own heap read back {word:?}");
+    eprintln!("PE {me}: {gets} gets in {dt:?} before PE 1's death was known; then: {first}");
+    std::process::exit(3)
+}
+
 /// Large copies (split across engine threads), non-blocking large copies,
 /// put_signal_nbi ordering, and memory outside the heap.
 fn bulk(pe: &Shmem) -> Result<()> {
@@ -1299,6 +1491,10 @@ fn main() {
         "errors" => errors(&pe).map(|_| std::process::exit(0)),
         "kill_in_barrier" => kill_in_barrier(&pe),
         "kill_in_wait" => kill_in_wait(&pe),
+        "rma_to_dead" => rma_to_dead(&pe),
+        "stale_handles" => stale_handles(&pe),
+        "hang_mismatch" => hang_mismatch(&pe),
+        "stop_in_barrier" => stop_in_barrier(&pe),
         "bulk" => bulk(&pe),
         "global_exit" => global_exit(&pe),
         "link_cut" => link_cut(&pe),
