@@ -121,8 +121,9 @@ pub struct Collectives {
     pub(crate) oversubscribed: bool,
     /// Every PE maps every PE's heap (one node, load/store engines; agreed
     /// by every PE): a linear barrier's release is one word on team PE 0
-    /// that all members sleep on, woken by one system call.
-    pub(crate) shared_release: bool,
+    /// that all members sleep on, woken by one system call, and large
+    /// broadcasts and reductions read peers' memory directly.
+    pub(crate) all_mapped: bool,
     /// Bit `s` set: slot `s` is free on this PE.
     free_slots: Mutex<u64>,
     world: Team,
@@ -242,7 +243,7 @@ impl Call<'_> {
     /// A barrier inside a call (between chunks that reuse the staging buffer).
     pub(crate) fn sync(&mut self) -> Result<()> {
         let v = Desc::new("inner-sync").value();
-        self.handshake(v, self.coll.shared_release).map(|_| ())
+        self.handshake(v, self.coll.all_mapped).map(|_| ())
     }
 
     /// Runs the handshake barrier with fingerprint `value`; returns the
@@ -424,7 +425,7 @@ impl Collectives {
         let all = rt.bootstrap().allgather(&msg)?;
         let flag = |m: &Vec<u8>, back: usize| m.len() >= back && m[m.len() - back] == 1;
         let oversubscribed = all.iter().any(|m| flag(m, 2));
-        let shared_release = all.iter().all(|m| flag(m, 1));
+        let all_mapped = all.iter().all(|m| flag(m, 1));
         if let Some(pe) = all
             .iter()
             .position(|m| m.get(..mine.len()) != Some(&mine[..]))
@@ -482,7 +483,7 @@ impl Collectives {
             stage_bytes,
             max_teams: opts.max_teams,
             oversubscribed,
-            shared_release,
+            all_mapped,
             free_slots: Mutex::new(all & !0b11),
             world,
             shared,
@@ -539,7 +540,7 @@ impl Collectives {
         local: Result<()>,
         describe: &dyn Fn() -> String,
     ) -> Result<Call<'a>> {
-        self.begin_release(team, op, desc, local, describe, self.shared_release)
+        self.begin_release(team, op, desc, local, describe, self.all_mapped)
     }
 
     /// Checks `team`, locks its state and records the call for the hang

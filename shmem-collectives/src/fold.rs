@@ -119,7 +119,7 @@ impl Call<'_> {
                 self.pe(0),
             )?;
             let root = self.pe(0);
-            let state = if self.coll.shared_release {
+            let state = if self.coll.all_mapped {
                 self.wait_tagged_on(root, release, tag)?
             } else {
                 self.wait_tagged(release, tag)?
@@ -127,7 +127,7 @@ impl Call<'_> {
             if state == MISMATCH || state == BAD_ARGS {
                 return Ok((state, Vec::new()));
             }
-            let out = if self.coll.shared_release {
+            let out = if self.coll.all_mapped {
                 read_peer(self, root, result.offset(), result_len)?
             } else {
                 self.rt.read_local(result)?
@@ -159,7 +159,7 @@ impl Call<'_> {
             }
         }
         let signal = tag | state as u64;
-        if self.coll.shared_release {
+        if self.coll.all_mapped {
             self.rt.write_local(result, &out)?;
             self.rt
                 .signal_op(release, signal, SignalOp::Set, self.pe(0))?;

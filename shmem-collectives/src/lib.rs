@@ -58,6 +58,7 @@ mod algorithm;
 mod alltoall;
 mod broadcast;
 mod collectives;
+mod direct;
 mod fold;
 mod gather;
 mod kv_shuffle;

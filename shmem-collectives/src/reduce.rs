@@ -15,6 +15,7 @@
 use shmem_core::{as_bytes, Element, Error, Result, SymSlice};
 
 use crate::collectives::{check_disjoint, check_sym, Call, Desc};
+use crate::direct::{direct_allreduce, DIRECT_MIN_BYTES};
 use crate::fold::elems_from;
 use crate::{Collectives, ReduceAlgorithm, ScanAlgorithm, Team};
 
@@ -316,13 +317,32 @@ impl Collectives {
             check_sym(rt, "dest", &dest, nreduce)?;
             check_disjoint(&dest, nreduce, &source, nreduce, true)
         })();
+        let bytes = nreduce.saturating_mul(std::mem::size_of::<T>());
+        if self.algorithms.reduce.is_none()
+            && self.all_mapped
+            && team.n_pes() > 1
+            && bytes >= DIRECT_MIN_BYTES
+        {
+            // Large, one node: combine straight out of the peers' memory.
+            let desc = Desc::new("reduce-direct")
+                .with_type::<T>()
+                .with(op as u64)
+                .with(nreduce as u64);
+            let describe = || {
+                format!(
+                    "op {}, {nreduce} x {}",
+                    op.name(),
+                    std::any::type_name::<T>()
+                )
+            };
+            let mut call = self.begin(team, "reduce", desc, local, &describe)?;
+            return direct_allreduce(&mut call, op, source, dest, nreduce);
+        }
         let mut acc = match &local {
             Ok(()) => rt.read_local(source.slice(..nreduce)?)?,
             Err(_) => Vec::new(),
         };
-        let algo = self
-            .algorithms
-            .reduce(team.n_pes(), nreduce * std::mem::size_of::<T>());
+        let algo = self.algorithms.reduce(team.n_pes(), bytes);
         let desc = Desc::new("reduce")
             .with_type::<T>()
             .with(op as u64)
@@ -335,7 +355,6 @@ impl Collectives {
                 std::any::type_name::<T>()
             )
         };
-        let bytes = nreduce * std::mem::size_of::<T>();
         let plan = self
             .algorithms
             .reduce

@@ -365,7 +365,8 @@ fn suite(rt: &Arc<Runtime>, coll: &Collectives) -> Result<usize> {
         check_fcollect(rt, coll, team, &bi)?;
         check_collect(rt, coll, team, &bi)?;
         check_alltoall(rt, coll, team, &bi)?;
-        check_reduce(rt, coll, team, &bi32, &ReduceOp::ALL, &[1, 17, 3000])?;
+        // 20001 x i32 is past the direct (mapped-memory) reduction threshold.
+        check_reduce(rt, coll, team, &bi32, &ReduceOp::ALL, &[1, 17, 3000, 20001])?;
         check_reduce(
             rt,
             coll,
