@@ -19,6 +19,9 @@ pub enum Family {
     /// The SDMA copy engine: overlap with compute, scaling with engine
     /// threads (not part of `all`: 256 MiB copies and jobs of their own).
     CopyEngine,
+    /// The C ABI against the Rust API on the OSU patterns (not part of
+    /// `all`: it compiles a C program with `oshcc`).
+    CApi,
 }
 
 macro_rules! benches {
@@ -86,6 +89,10 @@ benches! {
     /// Blocking put through the SDMA engine with 1, 2, 4 engine threads
     /// (one job each), against one-core memcpy.
     SdmaEngines = "sdma-engines", CopyEngine, true;
+    /// The OSU OpenSHMEM patterns through the C ABI (`shmem-capi/bench/
+    /// osu_patterns.c`, built with `oshcc`) against the same loops through
+    /// the Rust API and memcpy, in one run.
+    Capi = "capi", CApi, true;
 }
 
 impl Bench {
@@ -113,6 +120,7 @@ impl Bench {
             Family::DataMovement | Family::Reference => doubling(8, 4 << 20),
             Family::Synchronisation => vec![8],
             Family::Collective => doubling(8, 1 << 20),
+            Family::CApi => vec![1 << 20],
             Family::CopyEngine => match self {
                 Bench::SdmaOverlap => vec![256 << 20],
                 _ => vec![64 << 20],
@@ -265,7 +273,12 @@ fn parse_benches(text: &str) -> Result<Vec<Bench>> {
         return Ok(Bench::ALL
             .iter()
             .copied()
-            .filter(|b| !matches!(b.family(), Family::Reference | Family::CopyEngine))
+            .filter(|b| {
+                !matches!(
+                    b.family(),
+                    Family::Reference | Family::CopyEngine | Family::CApi
+                )
+            })
             .collect());
     }
     let mut out = Vec::new();

@@ -142,7 +142,13 @@ pub fn run_jobs(opts: &Options, args: &[String]) -> Result<(Vec<RunResult>, Vec<
         let _ = std::fs::remove_file(&results);
         match outcome {
             Ok(run) if job.engines_job => engine_runs.push(run),
-            Ok(run) => runs.push(run),
+            Ok(mut run) => match crate::capi::merge(opts, &mut run) {
+                Ok(()) => runs.push(run),
+                Err(e) => {
+                    eprintln!("shmem-bench: engine {}: {e}", job.name);
+                    failures.push((job.name, e.to_string()));
+                }
+            },
             Err(e) => {
                 eprintln!("shmem-bench: engine {}: {e}", job.name);
                 failures.push((job.name, e.to_string()));

@@ -16,6 +16,7 @@
 //! JSON and the plot. Started by `shmemrun` instead, PE 0 prints them itself.
 
 mod bench;
+mod capi;
 mod cli;
 mod driver;
 mod error;

@@ -31,10 +31,13 @@ pub enum RefKind {
     /// `--hosts`: bandwidth / raw TCP stream bandwidth of the same message
     /// size between the same hosts (higher is better).
     TcpBandwidth,
+    /// `capi`: the C ABI's time / the same loop through the Rust API, in
+    /// the same run (lower is better, 1.0 = no cost for the C layer).
+    RustApi,
 }
 
 impl RefKind {
-    const ALL: [RefKind; 8] = [
+    const ALL: [RefKind; 9] = [
         RefKind::MemcpyBandwidth,
         RefKind::MemcpyTime,
         RefKind::Cacheline,
@@ -43,6 +46,7 @@ impl RefKind {
         RefKind::TransferAlone,
         RefKind::TcpLatency,
         RefKind::TcpBandwidth,
+        RefKind::RustApi,
     ];
 
     /// Name in JSON.
@@ -56,6 +60,7 @@ impl RefKind {
             RefKind::TransferAlone => "transfer_alone",
             RefKind::TcpLatency => "tcp_latency",
             RefKind::TcpBandwidth => "tcp_bandwidth",
+            RefKind::RustApi => "rust_api",
         }
     }
 
@@ -70,6 +75,7 @@ impl RefKind {
             RefKind::TransferAlone => ("alone us", "t/alone"),
             RefKind::TcpLatency => ("tcp us", "t/tcp"),
             RefKind::TcpBandwidth => ("tcp us", "bw/tcp"),
+            RefKind::RustApi => ("rust us", "C/rust"),
         }
     }
 

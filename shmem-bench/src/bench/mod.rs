@@ -2,6 +2,7 @@
 //! runs it) and returns its rows (meaningful on PE 0).
 
 mod collective;
+pub mod osu;
 mod rma;
 mod sdma;
 mod sync;
@@ -25,6 +26,7 @@ pub fn run(ctx: &mut Ctx<'_>, bench: Bench) -> Result<BenchResult> {
         }
         Bench::SdmaOverlap => sdma::overlap(ctx)?,
         Bench::SdmaEngines => sdma::engines(ctx)?,
+        Bench::Capi => osu::patterns(ctx)?,
     };
     Ok(BenchResult { bench, rows })
 }
@@ -37,6 +39,7 @@ pub fn heap_bytes(opts: &Options, bench: Bench, n: usize) -> usize {
         Bench::Alltoall => max.saturating_mul(2 * n),
         Bench::KvShuffle => max.saturating_mul(2 * collective::KV_BLOCKS),
         Bench::SdmaOverlap | Bench::SdmaEngines => max,
+        Bench::Capi => max.saturating_mul(3 * n + 2),
         _ => max.saturating_mul(2),
     }
 }
