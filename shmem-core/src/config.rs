@@ -279,7 +279,7 @@ config_table! {
     sdma_engines: u64 = "SHMEM_SDMA_ENGINES", "0",
         "Copy-engine threads of the SDMA transport (0: half the cores, at least 1, at most 8)";
     /// Size from which non-blocking copies go to the copy engine.
-    sdma_threshold: ByteSize = "SHMEM_SDMA_THRESHOLD", "64K",
+    sdma_threshold: ByteSize = "SHMEM_SDMA_THRESHOLD", "4M",
         "Non-blocking copies of at least this size (and all stream copies) go through the SDMA engine when it is linked";
     /// Store ports for instances above 0.
     instance_port_range: String = "SHMEM_INSTANCE_PORT_RANGE", "",

@@ -118,6 +118,28 @@ fn create(init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
     )?))
 }
 
+/// A copy engine must run beside the PE, not on its core: a launcher that
+/// binds each PE to one core (as `shmemrun` does) would otherwise leave the
+/// engine threads only the PE's own core, and a copy could never overlap
+/// the PE's work. Widens this thread's CPU set to every online CPU; where
+/// that is not allowed (a cpuset), the inherited set stays.
+fn unbind() {
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if online <= 1 {
+        return;
+    }
+    // SAFETY: the set is a zeroed stack value filled with CPU_SET, and
+    // sched_setaffinity(0) only changes the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for c in 0..(online as usize).min(libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 fn worker(rx: Receiver<Descriptor>, counters: Arc<Counters>) {
     for d in rx {
         // SAFETY: the issuer guarantees both ranges are valid for `len`
@@ -152,7 +174,10 @@ impl Sdma {
             let (rx, c) = (rx.clone(), counters.clone());
             let h = std::thread::Builder::new()
                 .name(format!("shmem-sdma-{i}"))
-                .spawn(move || worker(rx, c))
+                .spawn(move || {
+                    unbind();
+                    worker(rx, c)
+                })
                 .map_err(|e| Error::os("spawning an SDMA engine thread", e))?;
             workers.push(h);
         }
