@@ -613,16 +613,17 @@ fn old_broadcast<T: Element>(
                 )
             }
         };
-        // The old interface leaves the root's dest untouched.
+        // The old interface leaves the root's dest untouched (nothing to
+        // keep when it is the source itself, as in OSU's in-place calls).
         let is_root = team.my_pe() as c_int == root;
-        let keep: Vec<T> = if is_root && n > 0 {
+        let keep: Vec<T> = if is_root && n > 0 && dest.cast_const() != src {
             // SAFETY: the root's dest holds `n` elements (C contract).
             unsafe { std::slice::from_raw_parts(dest, n).to_vec() }
         } else {
             Vec::new()
         };
         broadcast_w(st, &team, dest, src, n, root)?;
-        if is_root && n > 0 {
+        if !keep.is_empty() {
             // SAFETY: as above.
             unsafe { std::ptr::copy_nonoverlapping(keep.as_ptr(), dest, n) };
         }
