@@ -16,9 +16,13 @@
 //! gather and release instead of a handshake plus log2(n) data rounds is
 //! what makes a small allreduce cost about one barrier.
 //!
-//! With cores to spare (dissemination handshake) calls are not folded: two
-//! trips that overlap from one call to the next measured faster than one
-//! exchange carrying data both ways.
+//! With two PEs and cores to spare (the dissemination handshake is one
+//! exchange) each PE puts its contribution into the other's fold area,
+//! double-buffered by call parity, with its handshake signal: one trip for
+//! both instead of the handshake plus a data trip, which is what a timed
+//! call after a barrier (the OSU pattern) pays. A PE writes the other's
+//! half `p` at call `s` only after the other entered call `s - 1`, so it
+//! has consumed call `s - 2`'s data there.
 //!
 //! Reuse of the fold areas is safe without extra trips: a member arrives at
 //! call `s` only after it saw call `s - 1` released, which PE 0 does only
@@ -48,6 +52,9 @@ pub(crate) type Finish<'f> = &'f dyn Fn(&[&[u8]], &mut [u8]) -> Result<()>;
 pub(crate) enum FoldPlan {
     /// Gather to team PE 0, release with the result.
     Linear,
+    /// Two PEs exchange their contributions in the dissemination
+    /// handshake's one round.
+    Pair,
 }
 
 impl Call<'_> {
@@ -67,8 +74,9 @@ impl Call<'_> {
             BarrierAlgorithm::Linear => {
                 (each.checked_mul(n)? <= HALF && result <= HALF).then_some(FoldPlan::Linear)
             }
-            // Measured: with cores to spare, two trips that overlap across
-            // calls beat one exchange that carries the data both ways.
+            BarrierAlgorithm::Dissemination if n == 2 => {
+                (each <= HALF && result <= HALF).then_some(FoldPlan::Pair)
+            }
             BarrierAlgorithm::Dissemination => None,
         }
     }
@@ -90,10 +98,59 @@ impl Call<'_> {
         finish: Finish<'_>,
     ) -> Result<(u32, Vec<u8>)> {
         self.state.seq += 1;
-        let tag = (self.state.seq & 0xFFFF_FFFF) << 32;
+        let seq = self.state.seq;
+        let tag = (seq & 0xFFFF_FFFF) << 32;
         match plan {
             FoldPlan::Linear => self.fold_linear(tag, value, mine, result_len, finish),
+            FoldPlan::Pair => self.fold_pair(seq, tag, value, mine, result_len, finish),
         }
+    }
+
+    /// Two PEs: each puts its contribution into the other's fold area
+    /// (half `seq & 1`) with its handshake signal, waits for the other's,
+    /// and both compute the result from the two in team order.
+    fn fold_pair(
+        &mut self,
+        seq: u64,
+        tag: u64,
+        value: u32,
+        mine: &[u8],
+        result_len: usize,
+        finish: Finish<'_>,
+    ) -> Result<(u32, Vec<u8>)> {
+        let me = self.me;
+        let parity = (seq & 1) as usize;
+        let slot = self
+            .fold_area()
+            .slice(parity * HALF..parity * HALF + mine.len())?;
+        let w = self.word(self.coll.layout.entry(parity, 0));
+        self.rt.put_signal(
+            slot,
+            mine,
+            w,
+            tag | value as u64,
+            SignalOp::Set,
+            self.pe(1 - me),
+        )?;
+        let got = self.wait_tagged(w, tag)?;
+        if got != value {
+            return Ok((MISMATCH, Vec::new()));
+        }
+        if value == BAD_ARGS {
+            return Ok((value, Vec::new()));
+        }
+        // SAFETY: the other PE wrote this slot before the signal just seen
+        // and writes it again only two calls from now, after this PE has
+        // entered the next call (see the module comment).
+        let theirs = unsafe { self.rt.local_slice(slot)? };
+        let parts: [&[u8]; 2] = if me == 0 {
+            [mine, theirs]
+        } else {
+            [theirs, mine]
+        };
+        let mut out = vec![0u8; result_len];
+        finish(&parts, &mut out)?;
+        Ok((value, out))
     }
 
     fn fold_linear(
