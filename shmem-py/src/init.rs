@@ -35,11 +35,14 @@ fn join(
     mem_size: Option<usize>,
     instance_id: u32,
 ) -> PyResult<()> {
-    let sh = py
-        .detach(move || shmem::init_with(join, mem_size, instance_id, None))
-        .py()?;
-    state::register(&sh);
-    Ok(())
+    // Registered by the worker, so that an init that completes after a
+    // KeyboardInterrupt still leaves a usable, finalizable instance.
+    crate::blocking::run_ordered(py, instance_id, move || {
+        let sh = shmem::init_with(join, mem_size, instance_id, None)?;
+        state::register(&sh);
+        Ok(())
+    })?
+    .py()
 }
 
 /// Joins with a unique id as `rank` of `nranks`.
@@ -95,8 +98,12 @@ pub(crate) fn init_env(py: Python<'_>, mem_size: Option<usize>, instance_id: u32
 pub(crate) fn finalize(py: Python<'_>, instance_id: Option<u32>) -> PyResult<()> {
     let sh = state::resolve(instance_id)?;
     let id = sh.instance();
-    let r = py.detach(move || sh.finalize());
+    let r = crate::blocking::run_ordered(py, id, move || {
+        crate::streams::settle_detached(id)?;
+        sh.finalize()
+    })?;
     state::unregister(id);
+    crate::streams::forget_instance(id);
     r.py()
 }
 

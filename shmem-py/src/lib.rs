@@ -16,6 +16,8 @@
 //! core.free(buf); core.finalize()
 //! ```
 
+mod args;
+mod blocking;
 mod dlpack;
 mod dtype;
 mod errors;
@@ -87,6 +89,8 @@ fn _shmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
         rma::atomic,
         waits::wait_test,
         streams::create_stream,
+        streams::get_default_stream,
+        streams::stream_synchronize,
         streams::handle_wait,
         streams::put_handle,
         streams::get_handle,

@@ -36,6 +36,19 @@ from ._enums import (  # noqa: F401
 )
 from . import core  # noqa: F401
 
+# The blocking forms of shmem.core's stream-ordered calls: with stream=None
+# (the default) they complete before returning (a put's source may be
+# reused, a get's destination holds the data, signal_wait returns the
+# signal's value), after letting the default stream finish. A Stream or an
+# int (0 = the default stream) makes them stream-ordered like shmem.core's.
+put = _n.put
+get = _n.get
+put_signal = _n.put_signal
+signal_op = _n.signal_op
+signal_wait = _n.signal_wait
+quiet = _n.quiet
+handle_wait = _n.handle_wait
+
 __version__ = _n.version()
 
 # ----- dtypes ------------------------------------------------------------------

@@ -23,9 +23,9 @@ __all__ = [
     "align", "barrier", "barrier_all", "barrier_all_on_stream", "barrier_on_stream",
     "buffer", "calloc", "create_stream", "current_instance", "finalize", "free",
     "get", "get_handle", "get_peer_buffer", "get_unique_id", "get_version",
-    "handle_wait", "init", "init_status", "multi_instance", "my_pe", "n_pes",
+    "get_default_stream", "handle_wait", "init", "init_status", "multi_instance", "my_pe", "n_pes",
     "put", "put_handle", "put_signal", "quiet", "set_instance", "signal_op",
-    "signal_wait", "sync", "sync_all", "team_my_pe", "team_n_pes",
+    "signal_wait", "stream_synchronize", "sync", "sync_all", "team_my_pe", "team_n_pes",
 ]
 
 
@@ -221,16 +221,73 @@ def align(alignment, size, mem_type=MemType.DEVICE_SIDE):
 free = _n.free
 get_peer_buffer = _n.get_peer_buffer
 
-put = _n.put
-get = _n.get
-put_signal = _n.put_signal
-signal_op = _n.signal_op
-signal_wait = _n.signal_wait
-quiet = _n.quiet
 create_stream = _n.create_stream
-handle_wait = _n.handle_wait
+get_default_stream = _n.get_default_stream
 put_handle = _n.put_handle
 get_handle = _n.get_handle
+
+# Stream-ordered calls, as the reference documents them: ``stream`` is a
+# ``Stream``, the int of one, or 0 / None for the instance's default stream.
+# They enqueue and return; the stream's own worker runs them in order.
+# Host calls (barriers, collectives, free, finalize, the blocking forms in
+# the top-level ``shmem`` module) first let the default stream finish, and
+# ``get_default_stream().synchronize()`` (or ``stream_synchronize(0)``)
+# waits for it explicitly.
+
+
+def put(dst, src, remote_pe, stream=None, nbytes=None):
+    """Enqueue a copy of ``src`` (any memory) into ``dst`` on ``remote_pe``
+    (stream-ordered; ``dst`` is symmetric: the local Buffer, a view of it,
+    or ``get_peer_buffer(buf, remote_pe)``). ``shmem.put`` is the blocking
+    form."""
+    _n.put(dst, src, remote_pe, 0 if stream is None else stream, nbytes)
+
+
+def get(dst, src, remote_pe, stream=None, nbytes=None):
+    """Enqueue a copy of ``src`` (symmetric, or ``get_peer_buffer(buf,
+    remote_pe)``) on ``remote_pe`` into ``dst`` (stream-ordered: ``dst``
+    holds the data once the stream has reached it). ``shmem.get`` is the
+    blocking form."""
+    _n.get(dst, src, remote_pe, 0 if stream is None else stream, nbytes)
+
+
+def put_signal(dst, src, signal_var, signal_val, signal_operation, remote_pe, stream=None, nbytes=None):
+    """Enqueue a put followed by a signal update on ``remote_pe``
+    (stream-ordered). ``shmem.put_signal`` is the blocking form."""
+    _n.put_signal(dst, src, signal_var, signal_val, signal_operation, remote_pe,
+                  0 if stream is None else stream, nbytes)
+
+
+def signal_op(signal_var, signal_val, signal_operation, remote_pe, stream=None):
+    """Enqueue an update (``SignalOp``) of ``signal_var`` on ``remote_pe``
+    (stream-ordered). ``shmem.signal_op`` is the blocking form."""
+    _n.signal_op(signal_var, signal_val, signal_operation, remote_pe, 0 if stream is None else stream)
+
+
+def signal_wait(signal_var, signal_val, comparison, stream=None):
+    """Enqueue a wait until this PE's ``signal_var <comparison> signal_val``
+    (``ComparisonType``): later work on the stream runs after it. Returns
+    None. ``shmem.signal_wait`` blocks the host instead and returns the
+    signal's value."""
+    _n.signal_wait(signal_var, signal_val, comparison, 0 if stream is None else stream)
+
+
+def quiet(stream=None):
+    """Enqueue the completion of every outstanding operation on the stream
+    (stream-ordered). ``shmem.quiet`` is the blocking form."""
+    _n.quiet(0 if stream is None else stream)
+
+
+def handle_wait(handle, stream=None):
+    """Complete ``handle`` in stream order (``handle.wait()`` blocks)."""
+    _n.handle_wait(handle, 0 if stream is None else stream)
+
+
+def stream_synchronize(stream=None):
+    """Block (interruptibly) until ``stream`` (a ``Stream``, its int, or
+    0 / None for the default stream) has run everything enqueued; raises
+    the first error it met."""
+    _n.stream_synchronize(0 if stream is None else stream)
 
 
 def barrier(team=TEAM_WORLD):
