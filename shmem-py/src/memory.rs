@@ -549,7 +549,7 @@ impl Sym {
     pub(crate) fn for_pe(self, pe: usize, arg: &str) -> PyResult<Sym> {
         match self.peer {
             Some(p) if p != pe => Err(invalid(format!(
-                "`{arg}` is a view of PE {p}'s memory (get_peer_buffer) but the call targets PE                  {pe}; pass get_peer_buffer(buf, {pe}) or the local Buffer"
+                "`{arg}` is a view of PE {p}'s memory (get_peer_buffer) but the call targets PE {pe}; pass get_peer_buffer(buf, {pe}) or the local Buffer"
             ))),
             _ => Ok(self),
         }

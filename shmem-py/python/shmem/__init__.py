@@ -72,7 +72,7 @@ _WAIT_TYPES = {k for k, v in TYPES.items() if v in ("int16", "uint16", "int32", 
 
 def malloc(size, mem_type=MemType.DEVICE_SIDE):
     """``size`` bytes of symmetric memory (collective); a ``Buffer``."""
-    return _n.malloc(size, 0, False, False, True, int(mem_type))
+    return _n.malloc(size, 0, False, False, True, mem_type)
 
 
 ptr = _n.ptr

@@ -205,17 +205,17 @@ def buffer(size, release=False, except_on_del=True, mem_type=MemType.DEVICE_SIDE
     from a destructor). ``mem_type`` is accepted for compatibility: both
     kinds are host memory here.
     """
-    return _n.malloc(size, 0, False, release, except_on_del, int(mem_type))
+    return _n.malloc(size, 0, False, release, except_on_del, mem_type)
 
 
 def calloc(count, size, mem_type=MemType.DEVICE_SIDE):
     """``count * size`` zeroed bytes (collective)."""
-    return _n.malloc(count * size, 0, True, False, True, int(mem_type))
+    return _n.malloc(count * size, 0, True, False, True, mem_type)
 
 
 def align(alignment, size, mem_type=MemType.DEVICE_SIDE):
     """``size`` bytes aligned to ``alignment`` (a power of two; collective)."""
-    return _n.malloc(size, alignment, False, False, True, int(mem_type))
+    return _n.malloc(size, alignment, False, False, True, mem_type)
 
 
 free = _n.free
