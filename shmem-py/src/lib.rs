@@ -72,6 +72,7 @@ fn _shmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
         memory::ptr,
         memory::is_symmetric,
         memory::sym_info,
+        memory::torch_view,
         rma::put,
         rma::get,
         rma::put_nbi,

@@ -39,20 +39,74 @@ impl Allocation {
     }
 }
 
-/// Counts one exported view of an allocation while it lives.
-pub(crate) struct ExportGuard(Arc<Allocation>);
+/// Counts one exported view of an allocation while it lives; for a torch
+/// tensor made by [`torch_view`], also names its storage in [`TENSORS`].
+pub(crate) struct ExportGuard {
+    alloc: Arc<Allocation>,
+    storage: Option<Arc<AtomicUsize>>,
+}
 
 impl ExportGuard {
     pub(crate) fn new(alloc: &Arc<Allocation>) -> ExportGuard {
         alloc.exports.fetch_add(1, Ordering::AcqRel);
-        ExportGuard(alloc.clone())
+        ExportGuard {
+            alloc: alloc.clone(),
+            storage: None,
+        }
     }
 }
 
 impl Drop for ExportGuard {
     fn drop(&mut self) {
-        self.0.exports.fetch_sub(1, Ordering::AcqRel);
+        self.alloc.exports.fetch_sub(1, Ordering::AcqRel);
+        if let Some(cell) = &self.storage {
+            let key = cell.load(Ordering::Acquire);
+            if key != 0 {
+                let mut t = tensors();
+                if t.get(&key).is_some_and(|a| Arc::ptr_eq(a, &self.alloc)) {
+                    t.remove(&key);
+                }
+            }
+        }
     }
+}
+
+/// The allocation behind each live torch storage made by [`torch_view`],
+/// by the storage's `_cdata` (its StorageImpl address, unique while it
+/// lives): how a tensor is traced to its allocation.
+static TENSORS: std::sync::Mutex<std::collections::BTreeMap<usize, Arc<Allocation>>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn tensors() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<usize, Arc<Allocation>>> {
+    TENSORS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A 1-D `uint8` CPU torch tensor over `buf` (DLPack), whose storage is
+/// remembered so that its views used after `free` are refused.
+#[pyfunction]
+pub(crate) fn torch_view<'py>(buf: &Bound<'py, Buffer>) -> PyResult<Bound<'py, PyAny>> {
+    let py = buf.py();
+    let b = buf.get();
+    b.check_live()?;
+    let cell = Arc::new(AtomicUsize::new(0));
+    let mut guard = ExportGuard::new(&b.alloc);
+    guard.storage = Some(cell.clone());
+    let cap = dlpack::export(
+        buf.clone().into_any().unbind(),
+        guard,
+        b.addr,
+        b.length,
+        false,
+        py,
+    )?;
+    let t = py.import("torch")?.getattr("from_dlpack")?.call1((cap,))?;
+    let key: usize = t
+        .call_method0("untyped_storage")?
+        .getattr("_cdata")?
+        .extract()?;
+    tensors().insert(key, b.alloc.clone());
+    cell.store(key, Ordering::Release);
+    Ok(t)
 }
 
 /// A range of symmetric memory: an allocation on this PE (from `buffer`,
@@ -367,7 +421,9 @@ pub(crate) fn local(obj: &Bound<'_, PyAny>, arg: &str, writable: bool) -> PyResu
         }
         let dtype = buf.format().to_str().ok().and_then(Dtype::from_format);
         let (addr, len) = (buf.buf_ptr() as usize, buf.len_bytes());
-        check_not_stale(obj, viewed_by_array(obj), addr, len, arg)?;
+        let owner = viewed_by_array(obj)
+            .and_then(|o| o.cast::<Buffer>().ok().map(|b| b.get().alloc.clone()));
+        check_not_stale(obj, owner, addr, len, arg)?;
         return Ok(Local {
             addr,
             len,
@@ -421,15 +477,20 @@ fn viewed_by_array<'py>(obj: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
     None
 }
 
-/// The shmem `Buffer` a torch tensor views: its root tensor (`_base`)
-/// carries it as `_shmem_buffer` when it came from `shmem.torch`.
-fn viewed_by_tensor<'py>(t: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
-    let py = t.py();
-    let base = t.getattr(pyo3::intern!(py, "_base")).ok()?;
-    let root = if base.is_none() { t.clone() } else { base };
-    let dict = root.getattr(pyo3::intern!(py, "__dict__")).ok()?;
-    let dict = dict.cast::<PyDict>().ok()?;
-    dict.get_item(pyo3::intern!(py, "_shmem_buffer")).ok()?
+/// The allocation a torch tensor views, when it came from [`torch_view`]
+/// (`shmem.torch`); looked up only while some freed range has live views.
+fn viewed_by_tensor(t: &Bound<'_, PyAny>) -> Option<Arc<Allocation>> {
+    if !state::any_stale() {
+        return None;
+    }
+    let key: usize = t
+        .call_method0(pyo3::intern!(t.py(), "untyped_storage"))
+        .ok()?
+        .getattr(pyo3::intern!(t.py(), "_cdata"))
+        .ok()?
+        .extract()
+        .ok()?;
+    tensors().get(&key).cloned()
 }
 
 /// Refuses memory of a freed allocation: `owner` (the Buffer that `obj`
@@ -437,19 +498,26 @@ fn viewed_by_tensor<'py>(t: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
 /// must not overlap a range freed while views of it were alive.
 fn check_not_stale(
     obj: &Bound<'_, PyAny>,
-    owner: Option<Bound<'_, PyAny>>,
+    owner: Option<Arc<Allocation>>,
     addr: usize,
     len: usize,
     arg: &str,
 ) -> PyResult<()> {
-    if let Some(b) = owner.as_ref().and_then(|o| o.cast::<Buffer>().ok()) {
-        let b = b.get();
-        if b.is_freed() {
+    if let Some(a) = owner {
+        if a.freed.load(Ordering::Acquire) {
+            let where_ = state::owner_of(addr)
+                .map(|(sh, off)| {
+                    format!(
+                        " ({len} bytes at heap offset {off:#x} on PE {})",
+                        sh.my_pe()
+                    )
+                })
+                .unwrap_or_default();
             return Err(error(format!(
-                "`{arg}` ({}) views {}, which has been freed; a view of freed symmetric memory \
-                 cannot be used (the memory may belong to a newer allocation now)",
-                describe_type(obj),
-                b.describe()
+                "`{arg}` ({}{where_}) views an allocation that has been freed (free / \
+                 free_tensor); a view of freed symmetric memory cannot be used: the memory may \
+                 belong to a newer allocation now",
+                describe_type(obj)
             )));
         }
         return Ok(());

@@ -143,9 +143,16 @@ def init(device=None, uid=None, rank=None, nranks=None, mpi_comm=None,
     )
 
 
+#: Callbacks run (with the instance id) after an instance is finalised.
+_on_finalize = []
+
+
 def finalize(instance_id=None):
     """Leave the job (collective) for ``instance_id`` or the current instance."""
+    inst = _n.current_instance() if instance_id is None else instance_id
     _n.finalize(instance_id)
+    for cb in list(_on_finalize):
+        cb(inst)
 
 
 def init_status(instance_id=None):
