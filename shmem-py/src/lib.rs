@@ -50,6 +50,7 @@ fn _shmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
         init::version,
         init::get_unique_id,
         init::unique_id_len,
+        init::uid_address,
         init::init_uid,
         init::init_attr,
         init::init_env,

@@ -43,6 +43,8 @@ from . import core  # noqa: F401
 # int (0 = the default stream) makes them stream-ordered like shmem.core's.
 put = _n.put
 get = _n.get
+#: ``uid_address(uid)``: "ip:port" where a unique id's config store listens.
+uid_address = _n.uid_address
 put_signal = _n.put_signal
 signal_op = _n.signal_op
 signal_wait = _n.signal_wait

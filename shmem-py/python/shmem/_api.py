@@ -34,16 +34,37 @@ def get_version():
     return _n.version()
 
 
-def get_unique_id(empty=False):
+def _single_host():
+    """Whether the launcher environment says every PE runs on this host
+    (torchrun's or shmemrun's LOCAL_WORLD_SIZE == WORLD_SIZE)."""
+    import os
+
+    local, world = os.environ.get("LOCAL_WORLD_SIZE"), os.environ.get("WORLD_SIZE")
+    return local is not None and world is not None and local == world
+
+
+def get_unique_id(empty=False, local=None):
     """Rank 0: start the job's config store in this process and return the
     unique id (``bytes``, picklable) to hand to every PE's ``init``.
 
     ``empty=True`` returns a zero-filled id of the right length without
     starting anything: a receive buffer for broadcasting the real one (for
     example with ``torch.distributed.broadcast``).
+
+    Where the store listens: ``SHMEM_BOOTSTRAP_ADDR`` / ``SHMEM_BOOTSTRAP_IFNAME``
+    when set; else loopback (127.0.0.1) when ``local=True`` or when the
+    launcher says all PEs are on this host (torchrun / shmemrun with
+    ``LOCAL_WORLD_SIZE == WORLD_SIZE``); else this host's first
+    non-loopback IPv4 address, so that PEs on other hosts can reach it
+    (``local=False`` forces that).
     """
+    import os
+
     if empty:
         return bytes(_n.unique_id_len())
+    told = os.environ.get("SHMEM_BOOTSTRAP_ADDR") or os.environ.get("SHMEM_BOOTSTRAP_IFNAME")
+    if not told and (local is True or (local is None and _single_host())):
+        return _n.get_unique_id("127.0.0.1")
     return _n.get_unique_id()
 
 
