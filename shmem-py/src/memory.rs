@@ -421,8 +421,14 @@ pub(crate) fn local(obj: &Bound<'_, PyAny>, arg: &str, writable: bool) -> PyResu
         }
         let dtype = buf.format().to_str().ok().and_then(Dtype::from_format);
         let (addr, len) = (buf.buf_ptr() as usize, buf.len_bytes());
-        let owner = viewed_by_array(obj)
-            .and_then(|o| o.cast::<Buffer>().ok().map(|b| b.get().alloc.clone()));
+        // Views of a freed Buffer keep an export counted, so tracing is
+        // needed only while some freed range still has live exports.
+        let owner = if state::any_stale() {
+            viewed_by_array(obj)
+                .and_then(|o| o.cast::<Buffer>().ok().map(|b| b.get().alloc.clone()))
+        } else {
+            None
+        };
         check_not_stale(obj, owner, addr, len, arg)?;
         return Ok(Local {
             addr,
@@ -556,10 +562,9 @@ fn torch_local(t: &Bound<'_, PyAny>, arg: &str) -> PyResult<Local> {
         )));
     }
     let dtype_obj = t.getattr(pyo3::intern!(py, "dtype"))?;
-    let itemsize: usize = dtype_obj.getattr(pyo3::intern!(py, "itemsize"))?.extract()?;
+    let (dtype, itemsize) = crate::dtype::torch_dtype(&dtype_obj)?;
     let len: usize = t.getattr(pyo3::intern!(py, "nbytes"))?.extract()?;
     let addr: usize = t.call_method0(pyo3::intern!(py, "data_ptr"))?.extract()?;
-    let dtype = crate::dtype::torch_dtype(&dtype_obj)?;
     check_not_stale(t, viewed_by_tensor(t), addr, len, arg)?;
     Ok(Local {
         addr,

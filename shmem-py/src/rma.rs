@@ -176,13 +176,17 @@ fn put_on_stream(
     };
     let n = put_len(nbytes, len, d.len, pe)?;
     let off = d.offset;
+    Python::attach(crate::streams::drop_released);
     st.enqueue(format!("put of {n} bytes to PE {pe}"), move |rt| {
             let r = (|| {
                 if n > 0 {
                     // SAFETY: the source is symmetric memory (mapped while the
                     // runtime lives) or a Python export held by `keep` until
                     // this closure ends.
-                    unsafe { rt.put_async_raw(pe, off, addr as *const u8, n)? }.wait()?;
+                    let src = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
+                    // The stream's worker is the asynchronous part: a plain
+                    // copy here avoids a second hand-off to the bulk engine.
+                    rt.put_bytes(pe, off, src)?;
                 }
                 if let Some((sig, value, op)) = signal {
                     rt.signal_op(sig, value, op, pe)?;
@@ -214,12 +218,14 @@ pub(crate) fn get(
     let n = get_len(nbytes, d.len, s.len, pe)?;
     if let Some(st) = stream_arg(stream)?.stream(&s.sh, "src")? {
         let (off, addr, keep) = (s.offset, d.addr, Some(d.keep));
+        crate::streams::drop_released(py);
         return st
             .enqueue(format!("get of {n} bytes from PE {pe}"), move |rt| {
                 let r = if n > 0 {
-                    // SAFETY: `keep` holds the destination in place until
-                    // this closure ends.
-                    unsafe { rt.get_async_raw(pe, off, addr as *mut u8, n) }.and_then(|c| c.wait())
+                    // SAFETY: `keep` holds the writable destination in place
+                    // until this closure ends.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
+                    rt.get_bytes(pe, off, dst)
                 } else {
                     Ok(())
                 };

@@ -69,6 +69,7 @@ pub(crate) fn forget_instance(instance: u32) {
 /// Blocking calls on `sh`'s instance first let its default stream finish
 /// (host calls never overtake stream-0 work); raises the stream's error.
 pub(crate) fn settle(py: Python<'_>, sh: &Shmem) -> PyResult<()> {
+    drop_released(py);
     let s = {
         let r = registry();
         match r.defaults.get(&sh.instance()) {
@@ -95,7 +96,9 @@ impl Stream {
     /// raises the first error since the last synchronize.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let s = self.inner.clone();
-        crate::blocking::run(py, move || s.synchronize())?.py()
+        let r = crate::blocking::run(py, move || s.synchronize())?.py();
+        drop_released(py);
+        r
     }
     /// The integer naming this stream in `stream=` arguments.
     #[getter]
@@ -292,7 +295,9 @@ pub(crate) fn stream_synchronize(py: Python<'_>, stream: &Bound<'_, PyAny>) -> P
     }) else {
         return Ok(());
     };
-    crate::blocking::run(py, move || st.synchronize())?.py()
+    let r = crate::blocking::run(py, move || st.synchronize())?.py();
+    drop_released(py);
+    r
 }
 
 /// The default stream of the current instance (or `instance`): stream 0.
@@ -347,10 +352,31 @@ pub(crate) fn handle_wait(
 }
 
 /// Drops kept Python memory from a worker thread, attached.
+///
+/// Stream workers do not take the GIL for this: what they release waits in
+/// a queue that the next stream-ordered call (or synchronisation) of a
+/// Python thread empties, with the GIL it holds anyway.
 pub(crate) fn release(keep: Option<Keep>) {
-    if keep.is_some() {
-        let _ = Python::try_attach(move |_| drop(keep));
+    if let Some(k) = keep {
+        RELEASED.lock().unwrap_or_else(|p| p.into_inner()).push(k);
+        RELEASED_ANY.store(true, std::sync::atomic::Ordering::Release);
     }
+}
+
+static RELEASED: Mutex<Vec<Keep>> = Mutex::new(Vec::new());
+static RELEASED_ANY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Drops what stream workers released (see [`release`]); needs the GIL.
+pub(crate) fn drop_released(_py: Python<'_>) {
+    if !RELEASED_ANY.load(std::sync::atomic::Ordering::Acquire) {
+        return;
+    }
+    let kept = {
+        let mut r = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
+        RELEASED_ANY.store(false, std::sync::atomic::Ordering::Release);
+        std::mem::take(&mut *r)
+    };
+    drop(kept);
 }
 
 /// Starts a put of `src` (any memory) into `dst` (symmetric) on `remote_pe`
