@@ -47,7 +47,9 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Pe {
 
 /// Whether `obj` is a member of some `enum.Enum` class.
 fn is_enum(obj: &Bound<'_, PyAny>) -> bool {
-    obj.get_type().hasattr("_value2member_map_").unwrap_or(false)
+    obj.get_type()
+        .hasattr("_value2member_map_")
+        .unwrap_or(false)
 }
 
 /// The value of an enum argument `arg`: a member of `shmem._enums.<name>`,

@@ -14,8 +14,8 @@
 //!   call of this process runs after it ([`run_ordered`]), so the PEs stay
 //!   in step: retrying the call would run it twice.
 
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::collections::BTreeMap;
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

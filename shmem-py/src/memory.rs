@@ -728,18 +728,18 @@ pub(crate) fn malloc(
     crate::streams::settle(py, &sh)?;
     let sh2 = sh.clone();
     let offset = crate::blocking::run_ordered(py, sh.instance(), move || {
-            if zero {
-                sh2.calloc_bytes(size, align)
-            } else {
-                sh2.malloc_bytes(size, align)
-            }
-        })?
-        .map_err(with_context(|| {
-            format!(
-                "allocating {size} bytes (alignment {align}) on PE {}",
-                sh.my_pe()
-            )
-        }))?;
+        if zero {
+            sh2.calloc_bytes(size, align)
+        } else {
+            sh2.malloc_bytes(size, align)
+        }
+    })?
+    .map_err(with_context(|| {
+        format!(
+            "allocating {size} bytes (alignment {align}) on PE {}",
+            sh.my_pe()
+        )
+    }))?;
     let addr = sh.local_ptr(offset).py()?.as_ptr() as usize;
     Ok(Buffer {
         sh,
@@ -779,9 +779,8 @@ pub(crate) fn free(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
         // Still take part in the collective (with an offset no allocation
         // has) so that PEs freeing something else fail instead of waiting.
         let sh2 = sh.clone();
-        let _ = crate::blocking::run_ordered(py, sh.instance(), move || {
-            sh2.free_bytes(usize::MAX)
-        })?;
+        let _ =
+            crate::blocking::run_ordered(py, sh.instance(), move || sh2.free_bytes(usize::MAX))?;
         return Err(error(format!(
             "double free: {} was already freed",
             b.describe()

@@ -11,9 +11,9 @@ use pyo3::IntoPyObjectExt;
 use shmem::{AtomicElement, Cmp, SignalOp, SymRef, SymSlice};
 use shmem_core::{AmoOp, Runtime};
 
+use crate::args::{CmpArg, Pe, SigOpArg};
 use crate::dtype::{with_numeric, Dtype, PyNum};
 use crate::errors::{invalid, with_context, OrPy};
-use crate::args::{CmpArg, Pe, SigOpArg};
 use crate::memory::{local, pe_arg, sym, sym_peer, try_sym, Local, Sym};
 use crate::state;
 use crate::streams::{release, settle, stream_arg, StreamSel};
@@ -87,7 +87,11 @@ pub(crate) fn cmp_arg(cmp: u32) -> PyResult<Cmp> {
 }
 
 fn signal_sym(obj: &Bound<'_, PyAny>, arg: &str, peer_ok: bool) -> PyResult<Sym> {
-    let s = if peer_ok { sym_peer(obj, arg)? } else { sym(obj, arg)? };
+    let s = if peer_ok {
+        sym_peer(obj, arg)?
+    } else {
+        sym(obj, arg)?
+    };
     if s.len < 8 {
         return Err(invalid(format!(
             "`{arg}` must hold a uint64 signal (8 bytes); it has {} bytes",
@@ -107,7 +111,6 @@ fn same_instance(a: &Sym, b: &Sym, what: &str) -> PyResult<()> {
     }
     Ok(())
 }
-
 
 /// Runs `f`, without the GIL when `bytes` is large.
 fn maybe_detach<T: Send>(py: Python<'_>, bytes: usize, f: impl FnOnce() -> T + Send) -> T {
@@ -178,25 +181,25 @@ fn put_on_stream(
     let off = d.offset;
     Python::attach(crate::streams::drop_released);
     st.enqueue(format!("put of {n} bytes to PE {pe}"), move |rt| {
-            let r = (|| {
-                if n > 0 {
-                    // SAFETY: the source is symmetric memory (mapped while the
-                    // runtime lives) or a Python export held by `keep` until
-                    // this closure ends.
-                    let src = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
-                    // The stream's worker is the asynchronous part: a plain
-                    // copy here avoids a second hand-off to the bulk engine.
-                    rt.put_bytes(pe, off, src)?;
-                }
-                if let Some((sig, value, op)) = signal {
-                    rt.signal_op(sig, value, op, pe)?;
-                }
-                Ok(())
-            })();
-            release(keep);
-            r
-        })
-        .py()
+        let r = (|| {
+            if n > 0 {
+                // SAFETY: the source is symmetric memory (mapped while the
+                // runtime lives) or a Python export held by `keep` until
+                // this closure ends.
+                let src = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
+                // The stream's worker is the asynchronous part: a plain
+                // copy here avoids a second hand-off to the bulk engine.
+                rt.put_bytes(pe, off, src)?;
+            }
+            if let Some((sig, value, op)) = signal {
+                rt.signal_op(sig, value, op, pe)?;
+            }
+            Ok(())
+        })();
+        release(keep);
+        r
+    })
+    .py()
 }
 
 /// Copies `src` (symmetric) on `remote_pe` into `dst` (any writable memory):
@@ -516,7 +519,11 @@ pub(crate) fn put_signal(
     let d = d.for_pe(pe, "dst")?;
     let sig = sig.for_pe(pe, "signal_var")?;
     let sref = SymRef::<u64>::from_raw_parts(sig.offset, sig.instance());
-    let sel = if nbi { StreamSel::Now } else { stream_arg(stream)? };
+    let sel = if nbi {
+        StreamSel::Now
+    } else {
+        stream_arg(stream)?
+    };
     if let Some(st) = sel.stream(&d.sh, "dst")? {
         return put_on_stream(&st, &d, src, pe, nbytes, Some((sref, signal_val, op)));
     }

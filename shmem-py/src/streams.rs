@@ -12,8 +12,8 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use shmem::{Completion, Shmem};
 
-use crate::errors::{invalid, with_context, OrPy};
 use crate::args::Pe;
+use crate::errors::{invalid, with_context, OrPy};
 use crate::memory::{local, pe_arg, sym_peer};
 use crate::state::{self, Keep};
 
@@ -342,11 +342,11 @@ pub(crate) fn handle_wait(
             let c = h.completion.clone();
             let keep = h.take_keep();
             st.enqueue(format!("wait for {}", h.what), move |_| {
-                    let r = c.wait();
-                    release(keep);
-                    r
-                })
-                .py()
+                let r = c.wait();
+                release(keep);
+                r
+            })
+            .py()
         }
     }
 }

@@ -172,10 +172,12 @@ pub(crate) fn team_split_strided(
     let (parent, sh) = resolve_team(parent)?;
     let c = coll(&sh);
     let cfg = config(num_contexts);
-    let t = blk(py, &sh, move || c.team_split_strided(&parent, start, stride, size, cfg))?
-        .map_err(with_context(|| {
-            format!("team_split_strided(start {start}, stride {stride}, size {size})")
-        }))?;
+    let t = blk(py, &sh, move || {
+        c.team_split_strided(&parent, start, stride, size, cfg)
+    })?
+    .map_err(with_context(|| {
+        format!("team_split_strided(start {start}, stride {stride}, size {size})")
+    }))?;
     Ok(t.map(|team| Team { team, sh }))
 }
 
@@ -223,9 +225,7 @@ pub(crate) fn barrier(
     let (t, sh) = resolve_team(team)?;
     let c = coll(&sh);
     if let Some(st) = stream_arg(stream)?.stream(&sh, "team")? {
-        return st
-            .enqueue("barrier", move |_| c.barrier(&t))
-            .py();
+        return st.enqueue("barrier", move |_| c.barrier(&t)).py();
     }
     blk(py, &sh, move || c.barrier(&t))?
         .map_err(with_context(|| format!("barrier on PE {}", sh.my_pe())))?;
@@ -239,8 +239,7 @@ pub(crate) fn barrier(
 pub(crate) fn sync(py: Python<'_>, team: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     let (t, sh) = resolve_team(team)?;
     let c = coll(&sh);
-    blk(py, &sh, move || c.sync(&t))?
-        .map_err(with_context(|| format!("sync on PE {}", sh.my_pe())))
+    blk(py, &sh, move || c.sync(&t))?.map_err(with_context(|| format!("sync on PE {}", sh.my_pe())))
 }
 
 fn pair(

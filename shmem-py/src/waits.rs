@@ -94,7 +94,7 @@ where
             })?
         }
         .map_err(with_context(what))?
-            .into_py_any(py),
+        .into_py_any(py),
         (Mode::Any, true) => rt
             .test_any_vector(ivars, status, cmp, &vals)
             .map_err(with_context(what))?
@@ -106,7 +106,7 @@ where
             })?
         }
         .map_err(with_context(what))?
-            .into_py_any(py),
+        .into_py_any(py),
         (Mode::Some, true) => rt
             .test_some_vector(ivars, status, cmp, &vals)
             .map_err(with_context(what))?
