@@ -614,6 +614,14 @@ pub(crate) fn signal_wait(
     }
     settle(py, &sig.sh)?;
     let sh = sig.sh.clone();
+    let mut seen = 0;
+    let quick = crate::blocking::poll_briefly(py, || -> shmem::Result<bool> {
+        seen = sh.signal_fetch(sref)?;
+        Ok(cmp.eval(seen, signal_val))
+    });
+    if let Ok(true) = quick {
+        return Ok(Some(seen));
+    }
     crate::blocking::run(py, move || sh.signal_wait_until(sref, cmp, signal_val))?
         .map(Some)
         .map_err(with_context(|| {

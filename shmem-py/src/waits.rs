@@ -67,8 +67,13 @@ where
         (Mode::One, false) => {
             let v = vals[0];
             let sh = sh.clone();
-            crate::blocking::run(py, move || sh.wait_until(SymRef::from(ivars), cmp, v))?
-                .map_err(with_context(what))?;
+            let one = SymRef::from(ivars);
+            if !crate::blocking::poll_briefly(py, || sh.test(one, cmp, v))
+                .map_err(with_context(what))?
+            {
+                crate::blocking::run(py, move || sh.wait_until(one, cmp, v))?
+                    .map_err(with_context(what))?;
+            }
             Ok(py.None())
         }
         (Mode::One, true) => rt
