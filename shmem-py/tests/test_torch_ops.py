@@ -6,8 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import numpy as np  # noqa: E402
-
+import shmem  # noqa: E402
 import shmem.core as core  # noqa: E402
 from pes import run_pes  # noqa: E402
 
@@ -46,8 +45,10 @@ def ops_and_manager(rank, n):
     peer = (rank + 1) % n
     for dt in ALL_DTYPES + [getattr(torch, "float8_e4m3fn", torch.float32), torch.uint16]:
         t = mgr.malloc_tensor((3, 4), dt)
-        assert t.shape == (3, 4) and t.dtype == dt and core.buffer  # noqa
-        t.copy_(torch.ones(3, 4).to(dt) if dt not in (torch.uint16,) else torch.ones(3, 4, dtype=dt))
+        assert t.shape == (3, 4) and t.dtype == dt
+        assert shmem.is_symmetric(t)
+        t.copy_(torch.ones(3, 4, dtype=dt))
+        assert torch.equal(t, torch.ones(3, 4, dtype=dt))
         mgr.free_tensor(t)
     raw = mgr.malloc_tensor(16)
     assert raw.dtype == torch.uint8 and raw.shape == (16,)
