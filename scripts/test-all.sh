@@ -14,5 +14,9 @@ venv=target/pytest-venv
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install --quiet ./shmem-py pytest numpy
-"$venv/bin/python" -m pytest -q shmem-py/tests
+# torch (the default wheel, which runs on CPU) so that the torch tests
+# (torch.library ops, torch.compile, torchrun) run instead of skipping;
+# installed once, reused afterwards.
+"$venv/bin/python" -m pip install --quiet ./shmem-py pytest numpy torch
+# The venv's console scripts (shmemrun, torchrun) come first on PATH.
+PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pytest -q shmem-py/tests

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """AllGather over symmetric memory, verified against golden data.
 
-    python examples/python/allgather.py --pes 4 [--elems 262144] [--backend auto|torch|numpy]
+    python examples/python/allgather.py --pes 4 [--elems 262144] [--backend auto|torch|numpy] [--tool 1]
 
 Starts its own PEs (one process each, attribute init on a free local
 port), gathers every PE's block into every PE's output (with
 ``shmem.torch.AllGather`` when torch is installed, else ``shmem.fcollect``
 on numpy views), checks the result on every PE and prints the bandwidth.
-Exits 0 when every PE saw the right data.
+Exits 0 when every PE saw the right data. ``--tool 1`` (the reference's
+profiler switch) runs the timed loop under ``torch.profiler`` and writes a
+Chrome trace per PE (``--trace-dir``, default ``shmem_trace/pe<rank>.json``).
 """
 
 import argparse
@@ -21,7 +23,44 @@ def golden(np, pe, elems):
     return (np.arange(elems, dtype=np.float32) + pe * 1000.0).astype(np.float32)
 
 
-def pe_main(rank, n, url, elems, iters, backend, results):
+def pes_arg(text):
+    """``--pes``: a positive number of PEs (argparse reports anything else)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--pes takes a number of PEs, not {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--pes must be at least 1, not {n}")
+    return n
+
+
+def profiled(tool, trace_dir, rank, fn):
+    """Runs ``fn``; with ``--tool 1`` under torch.profiler, writing a Chrome
+    trace to ``trace_dir/pe<rank>.json`` (open it in chrome://tracing or
+    Perfetto)."""
+    if not tool:
+        return fn()
+    import os
+
+    import torch
+
+    os.makedirs(trace_dir, exist_ok=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        with torch.profiler.record_function(f"shmem PE {rank}"):
+            out = fn()
+    prof.export_chrome_trace(os.path.join(trace_dir, f"pe{rank}.json"))
+    return out
+
+
+def check_tool(ap, a):
+    if a.tool:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            ap.error("--tool 1 attaches torch.profiler: install torch")
+
+
+def pe_main(rank, n, url, elems, iters, backend, results, tool=0, trace_dir="shmem_trace"):
     try:
         import numpy as np
         import shmem
@@ -51,10 +90,13 @@ def pe_main(rank, n, url, elems, iters, backend, results):
         want = np.concatenate([golden(np, pe, elems) for pe in range(n)])
         ok = bool((check() == want).all())
         core.barrier_all()
-        t = time.perf_counter()
-        for _ in range(iters):
-            run()
-        dt = (time.perf_counter() - t) / iters
+        def loop():
+            t = time.perf_counter()
+            for _ in range(iters):
+                run()
+            return time.perf_counter() - t
+
+        dt = profiled(tool, trace_dir, rank, loop) / iters
         ok = ok and bool((check() == want).all())
         if backend == "torch":
             mgr.free_tensor(out)
@@ -77,12 +119,16 @@ def free_port():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pes", type=int, default=4)
+    ap.add_argument("--pes", type=pes_arg, default=4)
     ap.add_argument("--elems", type=int, default=256 * 1024, help="float32 elements per PE")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--backend", choices=["auto", "torch", "numpy"], default="auto")
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--tool", type=int, choices=[0, 1], default=0,
+                    help="1: run under torch.profiler and write a Chrome trace per PE to --trace-dir")
+    ap.add_argument("--trace-dir", default="shmem_trace", help="where --tool 1 writes pe<rank>.json")
     a = ap.parse_args()
+    check_tool(ap, a)
     backend = a.backend
     if backend == "auto":
         try:
@@ -93,7 +139,8 @@ def main():
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     url = f"tcp://127.0.0.1:{free_port()}"
-    procs = [ctx.Process(target=pe_main, args=(r, a.pes, url, a.elems, a.iters, backend, results))
+    procs = [ctx.Process(target=pe_main, args=(r, a.pes, url, a.elems, a.iters, backend, results,
+                                                         a.tool, a.trace_dir))
              for r in range(a.pes)]
     for p in procs:
         p.start()

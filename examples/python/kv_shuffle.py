@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """KV-cache shuffle between paired PEs, verified against golden data.
 
-    python examples/python/kv_shuffle.py --pes 4 [--backend auto|torch|numpy]
+    python examples/python/kv_shuffle.py --pes 4 [--backend auto|torch|numpy] [--tool 1]
 
 Starts its own PEs (UID init: PE 0 makes the unique id and hands it to the
 others). PEs are paired (0 -> 1, 2 -> 3, ...; the last PE of an odd job is
 idle); each sender copies some of its paged K/V cache blocks into chosen
 blocks of its receiver's caches (``shmem.torch.KVShuffle`` when torch is
 installed, else ``shmem.kv_shuffle`` on numpy views). Every PE checks its
-caches against golden data. Exits 0 on success.
+caches against golden data. Exits 0 on success. ``--tool 1`` runs the
+shuffle under ``torch.profiler`` and writes a Chrome trace per PE
+(``--trace-dir``, default ``shmem_trace/pe<rank>.json``).
 """
 
 import argparse
@@ -47,7 +49,44 @@ def expected(np, rank, n):
     return vals
 
 
-def pe_main(rank, n, uid_q, backend, results):
+def pes_arg(text):
+    """``--pes``: a positive number of PEs (argparse reports anything else)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--pes takes a number of PEs, not {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--pes must be at least 1, not {n}")
+    return n
+
+
+def profiled(tool, trace_dir, rank, fn):
+    """Runs ``fn``; with ``--tool 1`` under torch.profiler, writing a Chrome
+    trace to ``trace_dir/pe<rank>.json`` (open it in chrome://tracing or
+    Perfetto)."""
+    if not tool:
+        return fn()
+    import os
+
+    import torch
+
+    os.makedirs(trace_dir, exist_ok=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        with torch.profiler.record_function(f"shmem PE {rank}"):
+            out = fn()
+    prof.export_chrome_trace(os.path.join(trace_dir, f"pe{rank}.json"))
+    return out
+
+
+def check_tool(ap, a):
+    if a.tool:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            ap.error("--tool 1 attaches torch.profiler: install torch")
+
+
+def pe_main(rank, n, uid_q, backend, results, tool=0, trace_dir="shmem_trace"):
     try:
         import numpy as np
         import shmem
@@ -73,8 +112,9 @@ def pe_main(rank, n, uid_q, backend, results):
                 key[b] = block_value(rank, b)
                 val[b] = -block_value(rank, b)
             core.barrier_all()
-            KVShuffle().compute(torch.tensor(table, dtype=torch.int64), key, val,
-                                torch.tensor(src, dtype=torch.int64), torch.tensor(dst, dtype=torch.int64))
+            profiled(tool, trace_dir, rank, lambda: KVShuffle().compute(
+                torch.tensor(table, dtype=torch.int64), key, val,
+                torch.tensor(src, dtype=torch.int64), torch.tensor(dst, dtype=torch.int64)))
             k = key.float().numpy()
             v = val.float().numpy()
         else:
@@ -85,7 +125,7 @@ def pe_main(rank, n, uid_q, backend, results):
                 key[b] = block_value(rank, b)
                 val[b] = -block_value(rank, b)
             core.barrier_all()
-            shmem.kv_shuffle(table, key, val, src, dst)
+            profiled(tool, trace_dir, rank, lambda: shmem.kv_shuffle(table, key, val, src, dst))
             k, v = key.astype(np.float32), val.astype(np.float32)
         want = expected(np, rank, n)
         ok = bool((k == want[:, None, None, None]).all() and (v == -want[:, None, None, None]).all())
@@ -104,10 +144,14 @@ def pe_main(rank, n, uid_q, backend, results):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pes", type=int, default=4)
+    ap.add_argument("--pes", type=pes_arg, default=4)
     ap.add_argument("--backend", choices=["auto", "torch", "numpy"], default="auto")
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--tool", type=int, choices=[0, 1], default=0,
+                    help="1: run under torch.profiler and write a Chrome trace per PE to --trace-dir")
+    ap.add_argument("--trace-dir", default="shmem_trace", help="where --tool 1 writes pe<rank>.json")
     a = ap.parse_args()
+    check_tool(ap, a)
     backend = a.backend
     if backend == "auto":
         try:
@@ -117,7 +161,7 @@ def main():
             backend = "numpy"
     ctx = mp.get_context("spawn")
     results, uid_q = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=pe_main, args=(r, a.pes, uid_q, backend, results)) for r in range(a.pes)]
+    procs = [ctx.Process(target=pe_main, args=(r, a.pes, uid_q, backend, results, a.tool, a.trace_dir)) for r in range(a.pes)]
     for p in procs:
         p.start()
     got = {}

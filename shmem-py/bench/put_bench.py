@@ -3,9 +3,13 @@
 
     python shmem-py/bench/put_bench.py [--iters 200] [--small-iters 200000]
 
-Prints the median time of one 8 MiB put (and its bandwidth) and the mean
-time of one 8-byte put, i.e. the per-call overhead of the binding plus the
-copy. Compare with the same loop in Rust (README, "Performance").
+Prints the median time of one blocking 8 MiB put (``shmem.put``, and its
+bandwidth) and the mean time of one blocking 8-byte put from a numpy
+array, from ``bytes`` and from a torch tensor (when torch is installed),
+i.e. the per-call overhead of the binding plus the copy; and the cost of
+enqueueing an 8-byte ``shmem.core.put`` on the default stream (the
+stream's worker runs it; the figure includes draining the stream at the
+end). Compare with the same loop in Rust (README, "Performance").
 """
 
 import argparse
@@ -16,6 +20,7 @@ import time
 
 def pe(rank, n, uid_q, out_q, iters, small_iters):
     import numpy as np
+    import shmem
     import shmem.core as core
 
     if rank == 0:
@@ -31,18 +36,39 @@ def pe(rank, n, uid_q, out_q, iters, small_iters):
     core.barrier_all()
     if rank == 0:
         for _ in range(10):
-            core.put(buf, src, 1)
+            shmem.put(buf, src, 1)
         times = []
         for _ in range(iters):
             t = time.perf_counter()
-            core.put(buf, src, 1)
+            shmem.put(buf, src, 1)
             times.append(time.perf_counter() - t)
-        put = core.put
-        t = time.perf_counter()
-        for _ in range(small_iters):
-            put(buf, small, 1)
-        small_t = (time.perf_counter() - t) / small_iters
-        out_q.put((statistics.median(times), min(times), small_t))
+        per_call = {}
+
+        def loop(name, fn, dst, source, n=small_iters):
+            for _ in range(1000):
+                fn(dst, source, 1)
+            t = time.perf_counter()
+            for _ in range(n):
+                fn(dst, source, 1)
+            if fn is core.put:
+                core.stream_synchronize(0)
+            per_call[name] = (time.perf_counter() - t) / n
+
+        view = buf.numpy(np.int64)[:1]
+        loop("numpy", shmem.put, view, small)
+        loop("bytes", shmem.put, view, bytes(8))
+        try:
+            import torch
+
+            loop("torch", shmem.put, view, torch.zeros(1, dtype=torch.int64))
+            import shmem.torch  # noqa: F401
+
+            tdst = shmem._shmem.torch_view(buf)[:8].view(torch.int64)  # symmetric tensor
+            loop("torch into a torch destination", shmem.put, tdst, torch.zeros(1, dtype=torch.int64))
+        except ImportError:
+            pass
+        loop("numpy, core.put on the default stream", core.put, view, small, max(1, small_iters // 10))
+        out_q.put((statistics.median(times), min(times), per_call))
     core.barrier_all()
     core.free(buf)
     core.finalize()
@@ -58,11 +84,12 @@ def main():
     ps = [ctx.Process(target=pe, args=(r, 2, uid_q, out_q, a.iters, a.small_iters)) for r in range(2)]
     for p in ps:
         p.start()
-    med, best, small = out_q.get(timeout=300)
+    med, best, small = out_q.get(timeout=600)
     for p in ps:
         p.join(60)
     print(f"python put 8 MiB: median {med * 1e6:.1f} us ({(8 << 20) / med / 1e9:.2f} GB/s), best {best * 1e6:.1f} us")
-    print(f"python put 8 B:   {small * 1e9:.0f} ns per call")
+    for name, t in small.items():
+        print(f"python put 8 B from {name}: {t * 1e9:.0f} ns per call")
 
 
 if __name__ == "__main__":

@@ -66,6 +66,8 @@ struct DLManagedTensorVersioned {
 struct Ctx {
     shape: [i64; 1],
     owner: Option<Py<PyAny>>,
+    /// Counts the export on its allocation until the consumer lets go.
+    _guard: crate::memory::ExportGuard,
 }
 
 fn drop_ctx(ctx: *mut c_void) {
@@ -125,6 +127,7 @@ unsafe extern "C" fn capsule_versioned(capsule: *mut ffi::PyObject) {
 /// `owner` alive until the consumer's tensor is deleted.
 pub(crate) fn export<'py>(
     owner: Py<PyAny>,
+    guard: crate::memory::ExportGuard,
     addr: usize,
     len: usize,
     versioned: bool,
@@ -135,6 +138,7 @@ pub(crate) fn export<'py>(
     let ctx = Box::into_raw(Box::new(Ctx {
         shape: [len_i64],
         owner: Some(owner),
+        _guard: guard,
     }));
     let tensor = DLTensor {
         data: addr as *mut c_void,

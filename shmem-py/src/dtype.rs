@@ -225,3 +225,33 @@ macro_rules! py_num {
     )* };
 }
 py_num!(i8, u8, i16, u16, i32, u32, i64, u64, f32, f64);
+
+/// Element types of torch dtype objects seen so far, by object address
+/// (torch dtypes are immortal singletons): the hot path skips `str()`.
+static TORCH_DTYPES: std::sync::Mutex<Vec<(usize, Option<Dtype>, usize)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The element type of a torch dtype object (None for types this package
+/// does not compute with, like complex) and its size in bytes.
+pub(crate) fn torch_dtype(
+    dt: &pyo3::Bound<'_, pyo3::PyAny>,
+) -> pyo3::PyResult<(Option<Dtype>, usize)> {
+    use pyo3::types::PyAnyMethods;
+    let key = dt.as_ptr() as usize;
+    {
+        let cache = TORCH_DTYPES.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, d, size)) = cache.iter().find(|(k, _, _)| *k == key) {
+            return Ok((*d, *size));
+        }
+    }
+    let name: String = dt.str()?.extract()?;
+    let size: usize = dt.getattr("itemsize")?.extract()?;
+    // Keep the dtype alive for good, so its address is never reused.
+    std::mem::forget(dt.clone().unbind());
+    let d = Dtype::from_name(&name);
+    TORCH_DTYPES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((key, d, size));
+    Ok((d, size))
+}

@@ -16,11 +16,30 @@ pub(crate) fn version() -> &'static str {
 }
 
 /// Rank 0: starts the job's config store in this process and returns the
-/// id (bytes) every PE passes to `init_uid`.
+/// id (bytes) every PE passes to `init_uid`. `bind_addr` overrides the
+/// address the store binds (else `SHMEM_BOOTSTRAP_ADDR` / `_IFNAME`, else
+/// this host's first non-loopback IPv4).
 #[pyfunction]
-pub(crate) fn get_unique_id(py: Python<'_>) -> PyResult<Bound<'_, PyBytes>> {
-    let uid = py.detach(shmem::get_unique_id).py()?;
+#[pyo3(signature = (bind_addr = None))]
+pub(crate) fn get_unique_id(
+    py: Python<'_>,
+    bind_addr: Option<String>,
+) -> PyResult<Bound<'_, PyBytes>> {
+    let mut config = shmem::Config::from_env().py()?;
+    if let Some(a) = bind_addr {
+        config.bootstrap_addr = a;
+        config.bootstrap_ifname = String::new();
+    }
+    let uid = py
+        .detach(move || shmem_bootstrap::get_unique_id(&config))
+        .py()?;
     Ok(PyBytes::new(py, &uid.to_bytes()))
+}
+
+/// `"ip:port"` where the config store of unique id `uid` listens.
+#[pyfunction]
+pub(crate) fn uid_address(uid: &[u8]) -> PyResult<String> {
+    Ok(UniqueId::from_bytes(uid).py()?.addr.to_string())
 }
 
 /// Length in bytes of a unique id.
@@ -35,11 +54,14 @@ fn join(
     mem_size: Option<usize>,
     instance_id: u32,
 ) -> PyResult<()> {
-    let sh = py
-        .detach(move || shmem::init_with(join, mem_size, instance_id, None))
-        .py()?;
-    state::register(&sh);
-    Ok(())
+    // Registered by the worker, so that an init that completes after a
+    // KeyboardInterrupt still leaves a usable, finalizable instance.
+    crate::blocking::run_ordered(py, instance_id, move || {
+        let sh = shmem::init_with(join, mem_size, instance_id, None)?;
+        state::register(&sh);
+        Ok(())
+    })?
+    .py()
 }
 
 /// Joins with a unique id as `rank` of `nranks`.
@@ -95,8 +117,12 @@ pub(crate) fn init_env(py: Python<'_>, mem_size: Option<usize>, instance_id: u32
 pub(crate) fn finalize(py: Python<'_>, instance_id: Option<u32>) -> PyResult<()> {
     let sh = state::resolve(instance_id)?;
     let id = sh.instance();
-    let r = py.detach(move || sh.finalize());
+    let r = crate::blocking::run_ordered(py, id, move || {
+        crate::streams::settle_detached(id)?;
+        sh.finalize()
+    })?;
     state::unregister(id);
+    crate::streams::forget_instance(id);
     r.py()
 }
 
@@ -188,7 +214,7 @@ pub(crate) fn parse_size(text: &str) -> PyResult<usize> {
 /// Runs `n` PEs of `program args...` on this machine (the `shmemrun`
 /// logic); returns (exit code, failure line or None).
 #[pyfunction]
-#[pyo3(signature = (n, program, args, engine = None, tag_output = false, env = Vec::new(), timeout = None))]
+#[pyo3(signature = (n, program, args, engine = None, tag_output = false, env = Vec::new(), timeout = None, bind = None, nnodes = 1, node_rank = 0, master = None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch(
     py: Python<'_>,
@@ -199,6 +225,10 @@ pub(crate) fn launch(
     tag_output: bool,
     env: Vec<(String, String)>,
     timeout: Option<f64>,
+    bind: Option<bool>,
+    nnodes: usize,
+    node_rank: usize,
+    master: Option<(String, u16)>,
 ) -> PyResult<(i32, Option<String>)> {
     if n == 0 {
         return Err(invalid("the number of PEs must be at least 1"));
@@ -215,6 +245,20 @@ pub(crate) fn launch(
             )));
         }
         opts.timeout = Some(Duration::from_secs_f64(t));
+    }
+    if let Some(b) = bind {
+        opts.bind = b;
+    }
+    opts.nnodes = nnodes;
+    opts.node_rank = node_rank;
+    if let Some((host, port)) = master {
+        use std::net::ToSocketAddrs;
+        let addr = (host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| invalid(format!("--master-addr {host:?}: {e}")))?
+            .next()
+            .ok_or_else(|| invalid(format!("--master-addr {host:?}: no address")))?;
+        opts.master = Some(addr);
     }
     let report = py.detach(move || shmem::launch::launch(&opts)).py()?;
     Ok((report.exit_code(), report.summary()))

@@ -16,6 +16,8 @@
 //! core.free(buf); core.finalize()
 //! ```
 
+mod args;
+mod blocking;
 mod dlpack;
 mod dtype;
 mod errors;
@@ -48,6 +50,7 @@ fn _shmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
         init::version,
         init::get_unique_id,
         init::unique_id_len,
+        init::uid_address,
         init::init_uid,
         init::init_attr,
         init::init_env,
@@ -70,6 +73,7 @@ fn _shmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
         memory::ptr,
         memory::is_symmetric,
         memory::sym_info,
+        memory::torch_view,
         rma::put,
         rma::get,
         rma::put_nbi,
@@ -87,6 +91,8 @@ fn _shmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
         rma::atomic,
         waits::wait_test,
         streams::create_stream,
+        streams::get_default_stream,
+        streams::stream_synchronize,
         streams::handle_wait,
         streams::put_handle,
         streams::get_handle,

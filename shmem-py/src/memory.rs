@@ -4,7 +4,7 @@
 //! torch tensor) into an address range.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use pyo3::buffer::PyUntypedBuffer;
@@ -14,6 +14,7 @@ use pyo3::types::PyDict;
 use pyo3::{ffi, IntoPyObjectExt};
 use shmem::Shmem;
 
+use crate::args::{MemTypeArg, Pe};
 use crate::dlpack;
 use crate::dtype::Dtype;
 use crate::errors::{error, invalid, with_context, OrPy, ShmemError};
@@ -25,6 +26,87 @@ pub(crate) struct Allocation {
     freed: AtomicBool,
     release: bool,
     except_on_del: bool,
+    /// Live exports of the memory: buffer-protocol views (numpy) and
+    /// DLPack tensors. A free while some are alive leaves the range marked
+    /// stale until they are gone (see [`state::stale_overlap`]).
+    exports: AtomicUsize,
+}
+
+impl Allocation {
+    /// Number of live exported views.
+    pub(crate) fn exports(&self) -> usize {
+        self.exports.load(Ordering::Acquire)
+    }
+}
+
+/// Counts one exported view of an allocation while it lives; for a torch
+/// tensor made by [`torch_view`], also names its storage in [`TENSORS`].
+pub(crate) struct ExportGuard {
+    alloc: Arc<Allocation>,
+    storage: Option<Arc<AtomicUsize>>,
+}
+
+impl ExportGuard {
+    pub(crate) fn new(alloc: &Arc<Allocation>) -> ExportGuard {
+        alloc.exports.fetch_add(1, Ordering::AcqRel);
+        ExportGuard {
+            alloc: alloc.clone(),
+            storage: None,
+        }
+    }
+}
+
+impl Drop for ExportGuard {
+    fn drop(&mut self) {
+        self.alloc.exports.fetch_sub(1, Ordering::AcqRel);
+        if let Some(cell) = &self.storage {
+            let key = cell.load(Ordering::Acquire);
+            if key != 0 {
+                let mut t = tensors();
+                if t.get(&key).is_some_and(|a| Arc::ptr_eq(a, &self.alloc)) {
+                    t.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// The allocation behind each live torch storage made by [`torch_view`],
+/// by the storage's `_cdata` (its StorageImpl address, unique while it
+/// lives): how a tensor is traced to its allocation.
+static TENSORS: std::sync::Mutex<std::collections::BTreeMap<usize, Arc<Allocation>>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn tensors() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<usize, Arc<Allocation>>> {
+    TENSORS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A 1-D `uint8` CPU torch tensor over `buf` (DLPack), whose storage is
+/// remembered so that its views used after `free` are refused.
+#[pyfunction]
+pub(crate) fn torch_view<'py>(buf: &Bound<'py, Buffer>) -> PyResult<Bound<'py, PyAny>> {
+    let py = buf.py();
+    let b = buf.get();
+    b.check_live()?;
+    let cell = Arc::new(AtomicUsize::new(0));
+    let mut guard = ExportGuard::new(&b.alloc);
+    guard.storage = Some(cell.clone());
+    let cap = dlpack::export(
+        buf.clone().into_any().unbind(),
+        guard,
+        b.addr,
+        b.length,
+        false,
+        py,
+    )?;
+    let t = py.import("torch")?.getattr("from_dlpack")?.call1((cap,))?;
+    let key: usize = t
+        .call_method0("untyped_storage")?
+        .getattr("_cdata")?
+        .extract()?;
+    tensors().insert(key, b.alloc.clone());
+    cell.store(key, Ordering::Release);
+    Ok(t)
 }
 
 /// A range of symmetric memory: an allocation on this PE (from `buffer`,
@@ -213,10 +295,14 @@ impl Buffer {
         if rc == -1 {
             return Err(PyErr::fetch(slf.py()));
         }
+        b.alloc.exports.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
-    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+    /// Ends one buffer-protocol export (counted for use-after-free checks).
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
+        self.alloc.exports.fetch_sub(1, Ordering::AcqRel);
+    }
 
     /// numpy's array interface (version 3): `length` bytes of `uint8`.
     #[getter]
@@ -267,6 +353,7 @@ impl Buffer {
         let versioned = max_version.is_some_and(|(major, _)| major >= 1);
         dlpack::export(
             slf.clone().into_any().unbind(),
+            ExportGuard::new(&b.alloc),
             b.addr,
             b.length,
             versioned,
@@ -301,7 +388,8 @@ fn describe_type(obj: &Bound<'_, PyAny>) -> String {
 
 /// The memory of `obj`: a shmem `Buffer` (own or peer view), a C-contiguous
 /// buffer-protocol object (writable when `writable`), or a contiguous CPU
-/// torch tensor.
+/// torch tensor. A numpy array or tensor viewing a freed `Buffer` is an
+/// error (see [`check_not_stale`]).
 pub(crate) fn local(obj: &Bound<'_, PyAny>, arg: &str, writable: bool) -> PyResult<Local> {
     if let Ok(b) = obj.cast::<Buffer>() {
         let b = b.get();
@@ -332,15 +420,25 @@ pub(crate) fn local(obj: &Bound<'_, PyAny>, arg: &str, writable: bool) -> PyResu
             )));
         }
         let dtype = buf.format().to_str().ok().and_then(Dtype::from_format);
+        let (addr, len) = (buf.buf_ptr() as usize, buf.len_bytes());
+        // Views of a freed Buffer keep an export counted, so tracing is
+        // needed only while some freed range still has live exports.
+        let owner = if state::any_stale() {
+            viewed_by_array(obj)
+                .and_then(|o| o.cast::<Buffer>().ok().map(|b| b.get().alloc.clone()))
+        } else {
+            None
+        };
+        check_not_stale(obj, owner, addr, len, arg)?;
         return Ok(Local {
-            addr: buf.buf_ptr() as usize,
-            len: buf.len_bytes(),
+            addr,
+            len,
             itemsize: buf.item_size().max(1),
             dtype,
             keep: Keep::Export(buf),
         });
     }
-    if obj.hasattr("data_ptr")? && obj.hasattr("element_size")? {
+    if obj.hasattr(pyo3::intern!(obj.py(), "data_ptr"))? {
         return torch_local(obj, arg);
     }
     Err(PyTypeError::new_err(format!(
@@ -350,27 +448,129 @@ pub(crate) fn local(obj: &Bound<'_, PyAny>, arg: &str, writable: bool) -> PyResu
     )))
 }
 
+/// numpy's `ndarray` type.
+fn ndarray_type(py: Python<'_>) -> Option<&Py<PyAny>> {
+    static NDARRAY: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    NDARRAY
+        .get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            Ok(py.import("numpy")?.getattr("ndarray")?.unbind())
+        })
+        .ok()
+}
+
+/// The shmem `Buffer` a numpy array (or memoryview) views, found through
+/// its `base` chain, or None when it cannot be told.
+fn viewed_by_array<'py>(obj: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let mut cur = obj.clone();
+    for _ in 0..16 {
+        if cur.cast::<Buffer>().is_ok() {
+            return Some(cur);
+        }
+        // SAFETY: cur is a valid object and we are attached.
+        let next = if unsafe { ffi::PyMemoryView_Check(cur.as_ptr()) } != 0 {
+            cur.getattr(pyo3::intern!(py, "obj")).ok()?
+        } else if cur.is_instance(ndarray_type(py)?.bind(py)).ok()? {
+            cur.getattr(pyo3::intern!(py, "base")).ok()?
+        } else {
+            return None;
+        };
+        if next.is_none() {
+            return None;
+        }
+        cur = next;
+    }
+    None
+}
+
+/// The allocation a torch tensor views, when it came from [`torch_view`]
+/// (`shmem.torch`); looked up only while some freed range has live views.
+fn viewed_by_tensor(t: &Bound<'_, PyAny>) -> Option<Arc<Allocation>> {
+    if !state::any_stale() {
+        return None;
+    }
+    let key: usize = t
+        .call_method0(pyo3::intern!(t.py(), "untyped_storage"))
+        .ok()?
+        .getattr(pyo3::intern!(t.py(), "_cdata"))
+        .ok()?
+        .extract()
+        .ok()?;
+    tensors().get(&key).cloned()
+}
+
+/// Refuses memory of a freed allocation: `owner` (the Buffer that `obj`
+/// views, when known) must not be freed, and memory that cannot be traced
+/// must not overlap a range freed while views of it were alive.
+fn check_not_stale(
+    obj: &Bound<'_, PyAny>,
+    owner: Option<Arc<Allocation>>,
+    addr: usize,
+    len: usize,
+    arg: &str,
+) -> PyResult<()> {
+    if let Some(a) = owner {
+        if a.freed.load(Ordering::Acquire) {
+            let where_ = state::owner_of(addr)
+                .map(|(sh, off)| {
+                    format!(
+                        " ({len} bytes at heap offset {off:#x} on PE {})",
+                        sh.my_pe()
+                    )
+                })
+                .unwrap_or_default();
+            return Err(error(format!(
+                "`{arg}` ({}{where_}) views an allocation that has been freed (free / \
+                 free_tensor); a view of freed symmetric memory cannot be used: the memory may \
+                 belong to a newer allocation now",
+                describe_type(obj)
+            )));
+        }
+        return Ok(());
+    }
+    if !state::any_stale() {
+        return Ok(());
+    }
+    if let Some((sh, off)) = state::owner_of(addr) {
+        if let Some(what) = state::stale_overlap(sh.instance(), off, len) {
+            return Err(error(format!(
+                "`{arg}` ({}, {len} bytes at heap offset {off:#x}) overlaps memory that was freed \
+                 while views of it were alive ({what}); such a view cannot be told from a view of \
+                 a newer allocation, so neither is accepted until the old views are gone. Pass the \
+                 Buffer, or a view from buf.numpy() / shmem.torch",
+                describe_type(obj)
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn torch_local(t: &Bound<'_, PyAny>, arg: &str) -> PyResult<Local> {
-    let device: String = t.getattr("device")?.getattr("type")?.extract()?;
-    if device != "cpu" {
+    let py = t.py();
+    if !t.getattr(pyo3::intern!(py, "is_cpu"))?.is_truthy()? {
+        let device = t.getattr(pyo3::intern!(py, "device"))?.str()?.to_string();
         return Err(invalid(format!(
             "`{arg}` is a torch tensor on device {device:?}; shmem memory is host memory, use a CPU tensor"
         )));
     }
-    if !t.call_method0("is_contiguous")?.extract::<bool>()? {
+    if !t
+        .call_method0(pyo3::intern!(py, "is_contiguous"))?
+        .is_truthy()?
+    {
         return Err(invalid(format!(
             "`{arg}` must be a contiguous tensor (call .contiguous())"
         )));
     }
-    let itemsize: usize = t.call_method0("element_size")?.extract()?;
-    let numel: usize = t.call_method0("numel")?.extract()?;
-    let addr: usize = t.call_method0("data_ptr")?.extract()?;
-    let dtype_name: String = t.getattr("dtype")?.str()?.extract()?;
+    let dtype_obj = t.getattr(pyo3::intern!(py, "dtype"))?;
+    let (dtype, itemsize) = crate::dtype::torch_dtype(&dtype_obj)?;
+    let len: usize = t.getattr(pyo3::intern!(py, "nbytes"))?.extract()?;
+    let addr: usize = t.call_method0(pyo3::intern!(py, "data_ptr"))?.extract()?;
+    check_not_stale(t, viewed_by_tensor(t), addr, len, arg)?;
     Ok(Local {
         addr,
-        len: numel * itemsize,
+        len,
         itemsize: itemsize.max(1),
-        dtype: Dtype::from_name(&dtype_name),
+        dtype,
         keep: Keep::Object(t.clone().unbind()),
     })
 }
@@ -383,6 +583,9 @@ pub(crate) struct Sym {
     pub(crate) len: usize,
     pub(crate) itemsize: usize,
     pub(crate) dtype: Option<Dtype>,
+    /// `Some(pe)` when named through a view of PE `pe`'s copy
+    /// (`get_peer_buffer`).
+    pub(crate) peer: Option<usize>,
 }
 
 impl Sym {
@@ -414,26 +617,45 @@ impl Sym {
     pub(crate) fn instance(&self) -> u32 {
         self.sh.instance()
     }
+
+    /// A peer view must name the PE of the call it is passed to.
+    pub(crate) fn for_pe(self, pe: usize, arg: &str) -> PyResult<Sym> {
+        match self.peer {
+            Some(p) if p != pe => Err(invalid(format!(
+                "`{arg}` is a view of PE {p}'s memory (get_peer_buffer) but the call targets PE {pe}; pass get_peer_buffer(buf, {pe}) or the local Buffer"
+            ))),
+            _ => Ok(self),
+        }
+    }
 }
 
 /// `obj` as a symmetric object of this PE: a `Buffer`, or a numpy array /
-/// torch tensor viewing symmetric memory (any instance's heap).
+/// torch tensor viewing symmetric memory (any instance's heap). Peer views
+/// are refused: use [`sym_peer`] where the call names a PE.
 pub(crate) fn sym(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Sym> {
+    let s = sym_peer(obj, arg)?;
+    if let Some(pe) = s.peer {
+        return Err(invalid(format!(
+            "`{arg}` is a view of PE {pe}'s memory (get_peer_buffer); this call works on this \
+             PE's own copy, so pass the local Buffer"
+        )));
+    }
+    Ok(s)
+}
+
+/// Like [`sym`], also accepting a peer view (`get_peer_buffer(buf, pe)`),
+/// which the caller checks against its PE with [`Sym::for_pe`].
+pub(crate) fn sym_peer(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Sym> {
     if let Ok(b) = obj.cast::<Buffer>() {
         let b = b.get();
         b.check_live()?;
-        if let Some(pe) = b.peer {
-            return Err(invalid(format!(
-                "`{arg}` is a view of PE {pe}'s memory (get_peer_buffer); pass the local \
-                 Buffer and name the PE in the call"
-            )));
-        }
         return Ok(Sym {
             sh: b.sh.clone(),
             offset: b.offset,
             len: b.length,
             itemsize: 1,
             dtype: None,
+            peer: b.peer,
         });
     }
     let l = local(obj, arg, false)?;
@@ -461,6 +683,7 @@ pub(crate) fn sym_at(addr: usize, len: usize, arg: &str) -> PyResult<Sym> {
         len,
         itemsize: 1,
         dtype: None,
+        peer: None,
     })
 }
 
@@ -476,18 +699,9 @@ pub(crate) fn try_sym(obj: &Bound<'_, PyAny>) -> Option<Sym> {
 
 // ----- allocation ---------------------------------------------------------
 
-fn mem_type_arg(mem_type: u32) -> PyResult<u32> {
-    if mem_type > 1 {
-        return Err(invalid(format!(
-            "mem_type {mem_type} is not a MemType (HOST_SIDE = 0, DEVICE_SIDE = 1)"
-        )));
-    }
-    Ok(mem_type)
-}
-
 /// Allocates `size` bytes on every PE (collective; same arguments everywhere).
 #[pyfunction]
-#[pyo3(signature = (size, alignment = 0, zero = false, release = false, except_on_del = true, mem_type = 1, instance = None))]
+#[pyo3(signature = (size, alignment = 0, zero = false, release = false, except_on_del = true, mem_type = MemTypeArg(1), instance = None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn malloc(
     py: Python<'_>,
@@ -496,10 +710,10 @@ pub(crate) fn malloc(
     zero: bool,
     release: bool,
     except_on_del: bool,
-    mem_type: u32,
+    mem_type: MemTypeArg,
     instance: Option<u32>,
 ) -> PyResult<Buffer> {
-    let mem_type = mem_type_arg(mem_type)?;
+    let mem_type = mem_type.0;
     let sh = state::resolve(instance)?;
     let align = if alignment == 0 {
         shmem_core::heap::MIN_ALIGN
@@ -511,21 +725,21 @@ pub(crate) fn malloc(
             "alignment {alignment} is not a power of two"
         )));
     }
+    crate::streams::settle(py, &sh)?;
     let sh2 = sh.clone();
-    let offset = py
-        .detach(move || {
-            if zero {
-                sh2.calloc_bytes(size, align)
-            } else {
-                sh2.malloc_bytes(size, align)
-            }
-        })
-        .map_err(with_context(|| {
-            format!(
-                "allocating {size} bytes (alignment {align}) on PE {}",
-                sh.my_pe()
-            )
-        }))?;
+    let offset = crate::blocking::run_ordered(py, sh.instance(), move || {
+        if zero {
+            sh2.calloc_bytes(size, align)
+        } else {
+            sh2.malloc_bytes(size, align)
+        }
+    })?
+    .map_err(with_context(|| {
+        format!(
+            "allocating {size} bytes (alignment {align}) on PE {}",
+            sh.my_pe()
+        )
+    }))?;
     let addr = sh.local_ptr(offset).py()?.as_ptr() as usize;
     Ok(Buffer {
         sh,
@@ -538,6 +752,7 @@ pub(crate) fn malloc(
             freed: AtomicBool::new(false),
             release,
             except_on_del,
+            exports: AtomicUsize::new(0),
         }),
     })
 }
@@ -559,11 +774,13 @@ pub(crate) fn free(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
         )));
     }
     let sh = b.sh.clone();
+    crate::streams::settle(py, &sh)?;
     if b.alloc.freed.load(Ordering::Acquire) {
         // Still take part in the collective (with an offset no allocation
         // has) so that PEs freeing something else fail instead of waiting.
         let sh2 = sh.clone();
-        let _ = py.detach(move || sh2.free_bytes(usize::MAX));
+        let _ =
+            crate::blocking::run_ordered(py, sh.instance(), move || sh2.free_bytes(usize::MAX))?;
         return Err(error(format!(
             "double free: {} was already freed",
             b.describe()
@@ -571,15 +788,18 @@ pub(crate) fn free(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
     }
     let off = b.offset;
     let sh2 = sh.clone();
-    py.detach(move || sh2.free_bytes(off))
+    crate::blocking::run_ordered(py, sh.instance(), move || sh2.free_bytes(off))?
         .map_err(with_context(|| format!("free of {}", b.describe())))?;
     b.alloc.freed.store(true, Ordering::Release);
+    if b.alloc.exports() > 0 {
+        state::add_stale(sh.instance(), off, b.length, b.alloc.clone());
+    }
     Ok(())
 }
 
 /// The same object in PE `pe`'s heap, mapped into this process.
 #[pyfunction]
-pub(crate) fn get_peer_buffer(buf: &Bound<'_, Buffer>, pe: i64) -> PyResult<Buffer> {
+pub(crate) fn get_peer_buffer(buf: &Bound<'_, Buffer>, pe: Pe) -> PyResult<Buffer> {
     let b = buf.get();
     b.check_live()?;
     if let Some(p) = b.peer {
@@ -587,7 +807,7 @@ pub(crate) fn get_peer_buffer(buf: &Bound<'_, Buffer>, pe: i64) -> PyResult<Buff
             "this Buffer is already a view of PE {p}'s memory; pass the local Buffer"
         )));
     }
-    let pe = pe_arg(pe, b.sh.n_pes())?;
+    let pe = pe_arg(pe.0, b.sh.n_pes())?;
     let ptr =
         b.sh.peer_ptr(b.offset, pe)
             .map_err(with_context(|| format!("get_peer_buffer(PE {pe})")))?
@@ -612,9 +832,9 @@ pub(crate) fn get_peer_buffer(buf: &Bound<'_, Buffer>, pe: i64) -> PyResult<Buff
 /// `shmem_ptr`: the address of `obj` (symmetric) in PE `pe`'s heap as
 /// mapped here, or None when `pe`'s memory is not mapped into this process.
 #[pyfunction]
-pub(crate) fn ptr(obj: &Bound<'_, PyAny>, pe: i64) -> PyResult<Option<usize>> {
+pub(crate) fn ptr(obj: &Bound<'_, PyAny>, pe: Pe) -> PyResult<Option<usize>> {
     let s = sym(obj, "obj")?;
-    let pe = pe_arg(pe, s.sh.n_pes())?;
+    let pe = pe_arg(pe.0, s.sh.n_pes())?;
     Ok(s.sh
         .peer_ptr(s.offset, pe)
         .py()?

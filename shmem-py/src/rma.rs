@@ -11,11 +11,17 @@ use pyo3::IntoPyObjectExt;
 use shmem::{AtomicElement, Cmp, SignalOp, SymRef, SymSlice};
 use shmem_core::{AmoOp, Runtime};
 
+use crate::args::{CmpArg, Pe, SigOpArg};
 use crate::dtype::{with_numeric, Dtype, PyNum};
 use crate::errors::{invalid, with_context, OrPy};
-use crate::memory::{local, pe_arg, sym, try_sym, Local, Sym};
+use crate::memory::{local, pe_arg, sym, sym_peer, try_sym, Local, Sym};
 use crate::state;
-use crate::streams::{release, stream_arg, Stream};
+use crate::streams::{release, settle, stream_arg, StreamSel};
+
+/// [`settle`] from a function that holds no `Python` token.
+fn settle_now(sh: &shmem::Shmem) -> PyResult<()> {
+    Python::attach(|py| settle(py, sh))
+}
 
 /// Blocking copies at least this large release the GIL (below it the copy
 /// is shorter than handing the GIL over).
@@ -80,8 +86,12 @@ pub(crate) fn cmp_arg(cmp: u32) -> PyResult<Cmp> {
     })
 }
 
-fn signal_sym(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Sym> {
-    let s = sym(obj, arg)?;
+fn signal_sym(obj: &Bound<'_, PyAny>, arg: &str, peer_ok: bool) -> PyResult<Sym> {
+    let s = if peer_ok {
+        sym_peer(obj, arg)?
+    } else {
+        sym(obj, arg)?
+    };
     if s.len < 8 {
         return Err(invalid(format!(
             "`{arg}` must hold a uint64 signal (8 bytes); it has {} bytes",
@@ -102,12 +112,6 @@ fn same_instance(a: &Sym, b: &Sym, what: &str) -> PyResult<()> {
     Ok(())
 }
 
-fn stream_for<'a>(st: &'a Bound<'_, Stream>, s: &Sym, arg: &str) -> PyResult<&'a Stream> {
-    let st = st.get();
-    st.check_same(s, arg)?;
-    Ok(st)
-}
-
 /// Runs `f`, without the GIL when `bytes` is large.
 fn maybe_detach<T: Send>(py: Python<'_>, bytes: usize, f: impl FnOnce() -> T + Send) -> T {
     if bytes >= DETACH_BYTES {
@@ -125,15 +129,17 @@ pub(crate) fn put(
     py: Python<'_>,
     dst: &Bound<'_, PyAny>,
     src: &Bound<'_, PyAny>,
-    remote_pe: i64,
+    remote_pe: Pe,
     stream: Option<&Bound<'_, PyAny>>,
     nbytes: Option<usize>,
 ) -> PyResult<()> {
-    let d = sym(dst, "dst")?;
-    let pe = pe_arg(remote_pe, d.sh.n_pes())?;
-    if let Some(st) = stream_arg(stream)? {
-        return put_on_stream(stream_for(&st, &d, "dst")?, &d, src, pe, nbytes, None);
+    let d = sym_peer(dst, "dst")?;
+    let pe = pe_arg(remote_pe.0, d.sh.n_pes())?;
+    let d = d.for_pe(pe, "dst")?;
+    if let Some(st) = stream_arg(stream)?.stream(&d.sh, "dst")? {
+        return put_on_stream(&st, &d, src, pe, nbytes, None);
     }
+    settle(py, &d.sh)?;
     let s = local(src, "src", false)?;
     let n = put_len(nbytes, s.len, d.len, pe)?;
     if n == 0 {
@@ -154,7 +160,7 @@ pub(crate) fn put(
 
 /// Enqueues a put (and, with `signal`, the signal update after it).
 fn put_on_stream(
-    st: &Stream,
+    st: &shmem::Stream,
     d: &Sym,
     src: &Bound<'_, PyAny>,
     pe: usize,
@@ -173,24 +179,27 @@ fn put_on_stream(
     };
     let n = put_len(nbytes, len, d.len, pe)?;
     let off = d.offset;
-    st.inner
-        .enqueue(format!("put of {n} bytes to PE {pe}"), move |rt| {
-            let r = (|| {
-                if n > 0 {
-                    // SAFETY: the source is symmetric memory (mapped while the
-                    // runtime lives) or a Python export held by `keep` until
-                    // this closure ends.
-                    unsafe { rt.put_async_raw(pe, off, addr as *const u8, n)? }.wait()?;
-                }
-                if let Some((sig, value, op)) = signal {
-                    rt.signal_op(sig, value, op, pe)?;
-                }
-                Ok(())
-            })();
-            release(keep);
-            r
-        })
-        .py()
+    Python::attach(crate::streams::drop_released);
+    st.enqueue(format!("put of {n} bytes to PE {pe}"), move |rt| {
+        let r = (|| {
+            if n > 0 {
+                // SAFETY: the source is symmetric memory (mapped while the
+                // runtime lives) or a Python export held by `keep` until
+                // this closure ends.
+                let src = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
+                // The stream's worker is the asynchronous part: a plain
+                // copy here avoids a second hand-off to the bulk engine.
+                rt.put_bytes(pe, off, src)?;
+            }
+            if let Some((sig, value, op)) = signal {
+                rt.signal_op(sig, value, op, pe)?;
+            }
+            Ok(())
+        })();
+        release(keep);
+        r
+    })
+    .py()
 }
 
 /// Copies `src` (symmetric) on `remote_pe` into `dst` (any writable memory):
@@ -201,24 +210,25 @@ pub(crate) fn get(
     py: Python<'_>,
     dst: &Bound<'_, PyAny>,
     src: &Bound<'_, PyAny>,
-    remote_pe: i64,
+    remote_pe: Pe,
     stream: Option<&Bound<'_, PyAny>>,
     nbytes: Option<usize>,
 ) -> PyResult<()> {
-    let s = sym(src, "src")?;
-    let pe = pe_arg(remote_pe, s.sh.n_pes())?;
+    let s = sym_peer(src, "src")?;
+    let pe = pe_arg(remote_pe.0, s.sh.n_pes())?;
+    let s = s.for_pe(pe, "src")?;
     let d = local(dst, "dst", true)?;
     let n = get_len(nbytes, d.len, s.len, pe)?;
-    if let Some(st) = stream_arg(stream)? {
-        let st = stream_for(&st, &s, "src")?;
+    if let Some(st) = stream_arg(stream)?.stream(&s.sh, "src")? {
         let (off, addr, keep) = (s.offset, d.addr, Some(d.keep));
+        crate::streams::drop_released(py);
         return st
-            .inner
             .enqueue(format!("get of {n} bytes from PE {pe}"), move |rt| {
                 let r = if n > 0 {
-                    // SAFETY: `keep` holds the destination in place until
-                    // this closure ends.
-                    unsafe { rt.get_async_raw(pe, off, addr as *mut u8, n) }.and_then(|c| c.wait())
+                    // SAFETY: `keep` holds the writable destination in place
+                    // until this closure ends.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
+                    rt.get_bytes(pe, off, dst)
                 } else {
                     Ok(())
                 };
@@ -227,6 +237,7 @@ pub(crate) fn get(
             })
             .py();
     }
+    settle(py, &s.sh)?;
     if n == 0 {
         return Ok(());
     }
@@ -249,11 +260,13 @@ pub(crate) fn get(
 pub(crate) fn put_nbi(
     dst: &Bound<'_, PyAny>,
     src: &Bound<'_, PyAny>,
-    remote_pe: i64,
+    remote_pe: Pe,
     nbytes: Option<usize>,
 ) -> PyResult<()> {
-    let d = sym(dst, "dst")?;
-    let pe = pe_arg(remote_pe, d.sh.n_pes())?;
+    let d = sym_peer(dst, "dst")?;
+    let pe = pe_arg(remote_pe.0, d.sh.n_pes())?;
+    let d = d.for_pe(pe, "dst")?;
+    settle_now(&d.sh)?;
     let s = local(src, "src", false)?;
     let n = put_len(nbytes, s.len, d.len, pe)?;
     if n == 0 {
@@ -272,11 +285,13 @@ pub(crate) fn put_nbi(
 pub(crate) fn get_nbi(
     dst: &Bound<'_, PyAny>,
     src: &Bound<'_, PyAny>,
-    remote_pe: i64,
+    remote_pe: Pe,
     nbytes: Option<usize>,
 ) -> PyResult<()> {
-    let s = sym(src, "src")?;
-    let pe = pe_arg(remote_pe, s.sh.n_pes())?;
+    let s = sym_peer(src, "src")?;
+    let pe = pe_arg(remote_pe.0, s.sh.n_pes())?;
+    let s = s.for_pe(pe, "src")?;
+    settle_now(&s.sh)?;
     let d = local(dst, "dst", true)?;
     let n = get_len(nbytes, d.len, s.len, pe)?;
     if n == 0 {
@@ -308,11 +323,13 @@ fn elem_dtype(s: &Sym, arg: &str, what: &str) -> PyResult<Dtype> {
 pub(crate) fn p(
     dst: &Bound<'_, PyAny>,
     value: &Bound<'_, PyAny>,
-    remote_pe: i64,
+    remote_pe: Pe,
     dtype: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    let d = sym(dst, "dst")?.with_dtype(dtype)?;
-    let pe = pe_arg(remote_pe, d.sh.n_pes())?;
+    let d = sym_peer(dst, "dst")?.with_dtype(dtype)?;
+    let pe = pe_arg(remote_pe.0, d.sh.n_pes())?;
+    let d = d.for_pe(pe, "dst")?;
+    settle_now(&d.sh)?;
     let dt = elem_dtype(&d, "dst", "p")?;
     let ctx = || format!("p of one {} to PE {pe}", dt.name());
     if dt == Dtype::Bool {
@@ -332,11 +349,13 @@ pub(crate) fn p(
 pub(crate) fn g(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
-    remote_pe: i64,
+    remote_pe: Pe,
     dtype: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let s = sym(src, "src")?.with_dtype(dtype)?;
-    let pe = pe_arg(remote_pe, s.sh.n_pes())?;
+    let s = sym_peer(src, "src")?.with_dtype(dtype)?;
+    let pe = pe_arg(remote_pe.0, s.sh.n_pes())?;
+    let s = s.for_pe(pe, "src")?;
+    settle_now(&s.sh)?;
     let dt = elem_dtype(&s, "src", "g")?;
     let ctx = || format!("g of one {} from PE {pe}", dt.name());
     if dt == Dtype::Bool {
@@ -399,11 +418,13 @@ pub(crate) fn iput(
     dst_stride: usize,
     src_stride: usize,
     nelems: usize,
-    remote_pe: i64,
+    remote_pe: Pe,
     dtype: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    let d = sym(dst, "dst")?.with_dtype(dtype)?;
-    let pe = pe_arg(remote_pe, d.sh.n_pes())?;
+    let d = sym_peer(dst, "dst")?.with_dtype(dtype)?;
+    let pe = pe_arg(remote_pe.0, d.sh.n_pes())?;
+    let d = d.for_pe(pe, "dst")?;
+    settle_now(&d.sh)?;
     let s = local(src, "src", false)?;
     let sz = strided_itemsize(&d, &s, dtype.is_some())?;
     strided_check("src", s.len / sz, src_stride, nelems)?;
@@ -439,11 +460,13 @@ pub(crate) fn iget(
     dst_stride: usize,
     src_stride: usize,
     nelems: usize,
-    remote_pe: i64,
+    remote_pe: Pe,
     dtype: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    let s = sym(src, "src")?.with_dtype(dtype)?;
-    let pe = pe_arg(remote_pe, s.sh.n_pes())?;
+    let s = sym_peer(src, "src")?.with_dtype(dtype)?;
+    let pe = pe_arg(remote_pe.0, s.sh.n_pes())?;
+    let s = s.for_pe(pe, "src")?;
+    settle_now(&s.sh)?;
     let d = local(dst, "dst", true)?;
     let sz = strided_itemsize(&s, &d, dtype.is_some())?;
     strided_check("dst", d.len / sz, dst_stride, nelems)?;
@@ -482,27 +505,29 @@ pub(crate) fn put_signal(
     src: &Bound<'_, PyAny>,
     signal_var: &Bound<'_, PyAny>,
     signal_val: u64,
-    signal_operation: u32,
-    remote_pe: i64,
+    signal_operation: SigOpArg,
+    remote_pe: Pe,
     stream: Option<&Bound<'_, PyAny>>,
     nbytes: Option<usize>,
     nbi: bool,
 ) -> PyResult<()> {
-    let d = sym(dst, "dst")?;
-    let sig = signal_sym(signal_var, "signal_var")?;
+    let d = sym_peer(dst, "dst")?;
+    let sig = signal_sym(signal_var, "signal_var", true)?;
     same_instance(&d, &sig, "put_signal")?;
-    let op = signal_op_arg(signal_operation)?;
-    let pe = pe_arg(remote_pe, d.sh.n_pes())?;
+    let op = signal_op_arg(signal_operation.0)?;
+    let pe = pe_arg(remote_pe.0, d.sh.n_pes())?;
+    let d = d.for_pe(pe, "dst")?;
+    let sig = sig.for_pe(pe, "signal_var")?;
     let sref = SymRef::<u64>::from_raw_parts(sig.offset, sig.instance());
-    if let Some(st) = stream_arg(stream)? {
-        if nbi {
-            return Err(invalid(
-                "put_signal: pass either stream or nbi=True, not both",
-            ));
-        }
-        let st = stream_for(&st, &d, "dst")?;
-        return put_on_stream(st, &d, src, pe, nbytes, Some((sref, signal_val, op)));
+    let sel = if nbi {
+        StreamSel::Now
+    } else {
+        stream_arg(stream)?
+    };
+    if let Some(st) = sel.stream(&d.sh, "dst")? {
+        return put_on_stream(&st, &d, src, pe, nbytes, Some((sref, signal_val, op)));
     }
+    settle(py, &d.sh)?;
     let s = local(src, "src", false)?;
     let n = put_len(nbytes, s.len, d.len, pe)?;
     let dslice = SymSlice::<u8>::from_raw_parts(d.offset, n, d.instance());
@@ -540,30 +565,30 @@ pub(crate) fn put_signal(
 pub(crate) fn signal_op(
     signal_var: &Bound<'_, PyAny>,
     signal_val: u64,
-    signal_operation: u32,
-    remote_pe: i64,
+    signal_operation: SigOpArg,
+    remote_pe: Pe,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    let sig = signal_sym(signal_var, "signal_var")?;
-    let op = signal_op_arg(signal_operation)?;
-    let pe = pe_arg(remote_pe, sig.sh.n_pes())?;
+    let sig = signal_sym(signal_var, "signal_var", true)?;
+    let op = signal_op_arg(signal_operation.0)?;
+    let pe = pe_arg(remote_pe.0, sig.sh.n_pes())?;
+    let sig = sig.for_pe(pe, "signal_var")?;
     let sref = SymRef::<u64>::from_raw_parts(sig.offset, sig.instance());
-    match stream_arg(stream)? {
-        Some(st) => stream_for(&st, &sig, "signal_var")?
-            .inner
-            .signal_op(sref, signal_val, op, pe)
-            .py(),
-        None => sig
-            .sh
-            .signal_op(sref, signal_val, op, pe)
-            .map_err(with_context(|| format!("signal_op on PE {pe}"))),
+    match stream_arg(stream)?.stream(&sig.sh, "signal_var")? {
+        Some(st) => st.signal_op(sref, signal_val, op, pe).py(),
+        None => {
+            settle_now(&sig.sh)?;
+            sig.sh
+                .signal_op(sref, signal_val, op, pe)
+                .map_err(with_context(|| format!("signal_op on PE {pe}")))
+        }
     }
 }
 
 /// Reads this PE's signal word.
 #[pyfunction]
 pub(crate) fn signal_fetch(signal_var: &Bound<'_, PyAny>) -> PyResult<u64> {
-    let sig = signal_sym(signal_var, "signal_var")?;
+    let sig = signal_sym(signal_var, "signal_var", false)?;
     sig.sh
         .signal_fetch(SymRef::from_raw_parts(sig.offset, sig.instance()))
         .py()
@@ -577,21 +602,27 @@ pub(crate) fn signal_wait(
     py: Python<'_>,
     signal_var: &Bound<'_, PyAny>,
     signal_val: u64,
-    comparison: u32,
+    comparison: CmpArg,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<u64>> {
-    let sig = signal_sym(signal_var, "signal_var")?;
-    let cmp = cmp_arg(comparison)?;
+    let sig = signal_sym(signal_var, "signal_var", false)?;
+    let cmp = cmp_arg(comparison.0)?;
     let sref = SymRef::<u64>::from_raw_parts(sig.offset, sig.instance());
-    if let Some(st) = stream_arg(stream)? {
-        stream_for(&st, &sig, "signal_var")?
-            .inner
-            .signal_wait_until(sref, cmp, signal_val)
-            .py()?;
+    if let Some(st) = stream_arg(stream)?.stream(&sig.sh, "signal_var")? {
+        st.signal_wait_until(sref, cmp, signal_val).py()?;
         return Ok(None);
     }
+    settle(py, &sig.sh)?;
     let sh = sig.sh.clone();
-    py.detach(move || sh.signal_wait_until(sref, cmp, signal_val))
+    let mut seen = 0;
+    let quick = crate::blocking::poll_briefly(py, || -> shmem::Result<bool> {
+        seen = sh.signal_fetch(sref)?;
+        Ok(cmp.eval(seen, signal_val))
+    });
+    if let Ok(true) = quick {
+        return Ok(Some(seen));
+    }
+    crate::blocking::run(py, move || sh.signal_wait_until(sref, cmp, signal_val))?
         .map(Some)
         .map_err(with_context(|| {
             format!(
@@ -617,12 +648,13 @@ pub(crate) fn quiet(
     stream: Option<&Bound<'_, PyAny>>,
     instance: Option<u32>,
 ) -> PyResult<()> {
-    if let Some(st) = stream_arg(stream)? {
-        return st.get().inner.quiet().py();
-    }
     let sh = state::resolve(instance)?;
+    if let Some(st) = stream_arg(stream)?.stream(&sh, "stream")? {
+        return st.quiet().py();
+    }
+    settle(py, &sh)?;
     let sh2 = sh.clone();
-    py.detach(move || sh2.quiet()).py()?;
+    crate::blocking::run(py, move || sh2.quiet())?.py()?;
     state::quieted(sh.instance());
     Ok(())
 }
@@ -682,13 +714,15 @@ pub(crate) fn atomic(
     py: Python<'_>,
     op: &str,
     dst: &Bound<'_, PyAny>,
-    remote_pe: i64,
+    remote_pe: Pe,
     value: Option<&Bound<'_, PyAny>>,
     cond: Option<&Bound<'_, PyAny>>,
     dtype: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let d = sym(dst, "dst")?.with_dtype(dtype)?;
-    let pe = pe_arg(remote_pe, d.sh.n_pes())?;
+    let d = sym_peer(dst, "dst")?.with_dtype(dtype)?;
+    let pe = pe_arg(remote_pe.0, d.sh.n_pes())?;
+    let d = d.for_pe(pe, "dst")?;
+    settle_now(&d.sh)?;
     let dt = elem_dtype(&d, "dst", "atomics")?;
     let float = matches!(dt, Dtype::F32 | Dtype::F64);
     with_atomic!(dt, T => {

@@ -3,13 +3,15 @@
 //! buffers that non-blocking operations still use.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::prelude::*;
 use shmem::Shmem;
 
 use crate::errors::{error, OrPy};
+use crate::memory::Allocation;
 
 /// Something a non-blocking operation reads or writes, kept alive (and,
 /// for a buffer export, pinned) until the operation has completed.
@@ -40,6 +42,7 @@ pub(crate) fn register(sh: &Shmem) {
 /// Forgets a finalised instance (and whatever its operations kept alive).
 pub(crate) fn unregister(instance: u32) {
     instances().remove(&instance);
+    forget_stale(instance);
     let kept = pending().remove(&instance);
     drop(kept);
 }
@@ -86,4 +89,70 @@ pub(crate) fn keep_until_quiet(instance: u32, keep: Keep) {
 pub(crate) fn quieted(instance: u32) {
     let kept = pending().remove(&instance);
     drop(kept);
+}
+
+// ----- freed allocations whose views are still alive -------------------------
+
+/// An allocation freed while numpy/DLPack views of it were alive.
+struct Stale {
+    instance: u32,
+    offset: usize,
+    len: usize,
+    alloc: Arc<Allocation>,
+}
+
+static STALE: Mutex<Vec<Stale>> = Mutex::new(Vec::new());
+/// Whether `STALE` may be non-empty (skips the lock on the hot path).
+static ANY_STALE: AtomicBool = AtomicBool::new(false);
+
+/// Whether some freed range may still have live views (cheap).
+pub(crate) fn any_stale() -> bool {
+    ANY_STALE.load(Ordering::Acquire)
+}
+
+/// Records that `offset..offset+len` of `instance` was freed while views of
+/// it were still exported.
+pub(crate) fn add_stale(instance: u32, offset: usize, len: usize, alloc: Arc<Allocation>) {
+    let mut s = STALE.lock().unwrap_or_else(|p| p.into_inner());
+    s.push(Stale {
+        instance,
+        offset,
+        len,
+        alloc,
+    });
+    ANY_STALE.store(true, Ordering::Release);
+}
+
+/// If `offset..offset+len` of `instance` overlaps memory freed while views
+/// of it are still alive, a description of it (the views of the freed
+/// allocation cannot be told apart from views of a new one there).
+pub(crate) fn stale_overlap(instance: u32, offset: usize, len: usize) -> Option<String> {
+    if !ANY_STALE.load(Ordering::Acquire) {
+        return None;
+    }
+    let mut s = STALE.lock().unwrap_or_else(|p| p.into_inner());
+    s.retain(|z| z.alloc.exports() > 0);
+    if s.is_empty() {
+        ANY_STALE.store(false, Ordering::Release);
+        return None;
+    }
+    let end = offset.saturating_add(len.max(1));
+    s.iter()
+        .find(|z| z.instance == instance && z.offset < end && offset < z.offset + z.len.max(1))
+        .map(|z| {
+            format!(
+                "{} bytes at heap offset {:#x} (instance {}) were freed while {} view(s) of them \
+                 were still alive",
+                z.len,
+                z.offset,
+                z.instance,
+                z.alloc.exports()
+            )
+        })
+}
+
+/// Forgets the stale ranges of a finalised instance.
+fn forget_stale(instance: u32) {
+    let mut s = STALE.lock().unwrap_or_else(|p| p.into_inner());
+    s.retain(|z| z.instance != instance);
 }

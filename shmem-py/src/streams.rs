@@ -5,14 +5,16 @@
 //! A `Handle` is one non-blocking copy in flight; it keeps the Python
 //! memory it reads or writes alive until the copy has completed.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use shmem::{Completion, Shmem};
 
+use crate::args::Pe;
 use crate::errors::{invalid, with_context, OrPy};
-use crate::memory::{local, pe_arg, sym, Sym};
+use crate::memory::{local, pe_arg, sym_peer};
 use crate::state::{self, Keep};
 
 /// An ordered queue of communication on one instance, executed
@@ -23,19 +25,68 @@ use crate::state::{self, Keep};
 pub struct Stream {
     pub(crate) inner: shmem::Stream,
     pub(crate) sh: Shmem,
+    /// The integer that names it in `stream=` arguments (0: the instance's
+    /// default stream).
+    pub(crate) id: i64,
 }
 
-impl Stream {
-    /// Errors unless `s` belongs to this stream's instance.
-    pub(crate) fn check_same(&self, s: &Sym, arg: &str) -> PyResult<()> {
-        if s.instance() != self.sh.instance() {
-            return Err(invalid(format!(
-                "`{arg}` belongs to instance {} but the stream to instance {}",
-                s.instance(),
-                self.sh.instance()
-            )));
+/// Streams by integer id: 0 is each instance's default stream, created on
+/// first use; other ids name streams from `create_stream()`.
+struct Registry {
+    defaults: BTreeMap<u32, shmem::Stream>,
+    named: BTreeMap<i64, (shmem::Stream, Shmem)>,
+    next: i64,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    defaults: BTreeMap::new(),
+    named: BTreeMap::new(),
+    next: 1,
+});
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The default stream (stream 0) of `sh`'s instance.
+pub(crate) fn default_stream(sh: &Shmem) -> PyResult<shmem::Stream> {
+    let mut r = registry();
+    if let Some(s) = r.defaults.get(&sh.instance()) {
+        return Ok(s.clone());
+    }
+    let s = sh.create_stream().py()?;
+    r.defaults.insert(sh.instance(), s.clone());
+    Ok(s)
+}
+
+/// Forgets the streams of a finalised instance.
+pub(crate) fn forget_instance(instance: u32) {
+    let mut r = registry();
+    r.defaults.remove(&instance);
+    r.named.retain(|_, (_, sh)| sh.instance() != instance);
+}
+
+/// Blocking calls on `sh`'s instance first let its default stream finish
+/// (host calls never overtake stream-0 work); raises the stream's error.
+pub(crate) fn settle(py: Python<'_>, sh: &Shmem) -> PyResult<()> {
+    drop_released(py);
+    let s = {
+        let r = registry();
+        match r.defaults.get(&sh.instance()) {
+            Some(s) if !s.query() => s.clone(),
+            _ => return Ok(()),
         }
-        Ok(())
+    };
+    crate::blocking::run(py, move || s.synchronize())?
+        .map_err(with_context(|| "default stream (0)".to_string()))
+}
+
+/// [`settle`] from a worker thread (for ordered collectives).
+pub(crate) fn settle_detached(instance: u32) -> shmem::Result<()> {
+    let s = registry().defaults.get(&instance).cloned();
+    match s {
+        Some(s) => s.synchronize(),
+        None => Ok(()),
     }
 }
 
@@ -45,7 +96,20 @@ impl Stream {
     /// raises the first error since the last synchronize.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let s = self.inner.clone();
-        py.detach(move || s.synchronize()).py()
+        let r = crate::blocking::run(py, move || s.synchronize())?.py();
+        drop_released(py);
+        r
+    }
+    /// The integer naming this stream in `stream=` arguments.
+    #[getter]
+    fn handle(&self) -> i64 {
+        self.id
+    }
+    fn __int__(&self) -> i64 {
+        self.id
+    }
+    fn __index__(&self) -> i64 {
+        self.id
     }
     /// Whether everything enqueued has run.
     fn query(&self) -> bool {
@@ -65,7 +129,12 @@ impl Stream {
         self.sh.instance()
     }
     fn __repr__(&self) -> String {
-        format!("<shmem {:?} instance={}>", self.inner, self.sh.instance())
+        format!(
+            "<shmem {:?} id={} instance={}>",
+            self.inner,
+            self.id,
+            self.sh.instance()
+        )
     }
 }
 
@@ -86,7 +155,7 @@ impl Event {
     /// Blocks (without the GIL) until the latest recording is reached.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let e = self.inner.clone();
-        py.detach(move || e.synchronize()).py()
+        crate::blocking::run(py, move || e.synchronize())?.py()
     }
     /// Whether the latest recording has been reached.
     fn query(&self) -> bool {
@@ -99,6 +168,7 @@ impl Event {
 /// engine may still be using the memory.
 #[pyclass(module = "shmem.core", frozen)]
 pub struct Handle {
+    sh: Shmem,
     completion: Completion,
     keep: Mutex<Option<Keep>>,
     what: String,
@@ -123,7 +193,7 @@ impl Handle {
     /// Blocks (without the GIL) until the copy has completed.
     fn wait(&self, py: Python<'_>) -> PyResult<()> {
         let c = self.completion.clone();
-        let r = py.detach(move || c.wait());
+        let r = crate::blocking::run(py, move || c.wait())?;
         drop(self.take_keep());
         r.map_err(with_context(|| self.what.clone()))
     }
@@ -145,24 +215,98 @@ impl Handle {
     }
 }
 
-/// `stream=` argument: None, or a `Stream`.
-pub(crate) fn stream_arg<'py>(
-    stream: Option<&Bound<'py, PyAny>>,
-) -> PyResult<Option<Bound<'py, Stream>>> {
-    match stream {
-        None => Ok(None),
-        Some(s) if s.is_none() => Ok(None),
-        Some(s) => s.cast::<Stream>().map(|b| Some(b.clone())).map_err(|_| {
-            PyTypeError::new_err(format!(
-                "stream must be a shmem Stream (from create_stream()) or None, not {}; \
-                 there are no ACL stream handles on this build",
-                s.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
-        }),
+/// A `stream=` argument resolved: run the call now, or enqueue it.
+pub(crate) enum StreamSel {
+    /// None: the blocking form.
+    Now,
+    /// 0: the default stream of the instance of the call's memory.
+    Default,
+    /// A `Stream` or the integer of one.
+    On(shmem::Stream, Shmem),
+}
+
+impl StreamSel {
+    /// The stream to enqueue on, for memory of `sh`'s instance (`arg`
+    /// names it in errors); None for the blocking form.
+    pub(crate) fn stream(&self, sh: &Shmem, arg: &str) -> PyResult<Option<shmem::Stream>> {
+        match self {
+            StreamSel::Now => Ok(None),
+            StreamSel::Default => default_stream(sh).map(Some),
+            StreamSel::On(s, owner) => {
+                if owner.instance() != sh.instance() {
+                    return Err(invalid(format!(
+                        "`{arg}` belongs to instance {} but the stream to instance {}",
+                        sh.instance(),
+                        owner.instance()
+                    )));
+                }
+                Ok(Some(s.clone()))
+            }
+        }
     }
+}
+
+/// `stream=` argument: None (blocking), a `Stream`, 0 (the instance's
+/// default stream) or the integer of a stream from `create_stream()`.
+pub(crate) fn stream_arg(stream: Option<&Bound<'_, PyAny>>) -> PyResult<StreamSel> {
+    let Some(s) = stream.filter(|s| !s.is_none()) else {
+        return Ok(StreamSel::Now);
+    };
+    if let Ok(b) = s.cast::<Stream>() {
+        let b = b.get();
+        return Ok(StreamSel::On(b.inner.clone(), b.sh.clone()));
+    }
+    if s.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "stream must be a shmem Stream, an int naming one (0 = the default stream) or None, not the bool {s}"
+        )));
+    }
+    let Ok(id) = s.extract::<i64>() else {
+        return Err(PyTypeError::new_err(format!(
+            "stream must be a shmem Stream, an int naming one (0 = the default stream) or None, not {}",
+            s.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        )));
+    };
+    if id == 0 {
+        return Ok(StreamSel::Default);
+    }
+    let r = registry();
+    match r.named.get(&id) {
+        Some((st, sh)) => Ok(StreamSel::On(st.clone(), sh.clone())),
+        None => Err(invalid(format!(
+            "stream {id} is not a stream of this process: use 0 (the default stream) or a \
+             stream from create_stream() (live: {:?})",
+            r.named.keys().collect::<Vec<_>>()
+        ))),
+    }
+}
+
+/// Blocks (interruptibly) until `stream` (a Stream, its int, or 0 for the
+/// current instance's default stream) has run what was enqueued.
+#[pyfunction]
+pub(crate) fn stream_synchronize(py: Python<'_>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+    let sh = state::current()?;
+    let Some(st) = (match stream_arg(Some(stream))? {
+        StreamSel::On(s, _) => Some(s),
+        _ => Some(default_stream(&sh)?),
+    }) else {
+        return Ok(());
+    };
+    let r = crate::blocking::run(py, move || st.synchronize())?.py();
+    drop_released(py);
+    r
+}
+
+/// The default stream of the current instance (or `instance`): stream 0.
+#[pyfunction]
+#[pyo3(signature = (instance = None))]
+pub(crate) fn get_default_stream(instance: Option<u32>) -> PyResult<Stream> {
+    let sh = state::resolve(instance)?;
+    let inner = default_stream(&sh)?;
+    Ok(Stream { inner, sh, id: 0 })
 }
 
 /// Creates a stream on the current instance (or `instance`).
@@ -171,7 +315,11 @@ pub(crate) fn stream_arg<'py>(
 pub(crate) fn create_stream(instance: Option<u32>) -> PyResult<Stream> {
     let sh = state::resolve(instance)?;
     let inner = sh.create_stream().py()?;
-    Ok(Stream { inner, sh })
+    let mut r = registry();
+    let id = r.next;
+    r.next += 1;
+    r.named.insert(id, (inner.clone(), sh.clone()));
+    Ok(Stream { inner, sh, id })
 }
 
 /// Completes `handle`: now (stream None) or when `stream` reaches this point.
@@ -183,28 +331,52 @@ pub(crate) fn handle_wait(
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let h = handle.get();
-    match stream_arg(stream)? {
+    let st = match stream_arg(stream)? {
+        StreamSel::Now => None,
+        StreamSel::Default => Some(default_stream(&h.sh)?),
+        StreamSel::On(s, _) => Some(s),
+    };
+    match st {
         None => h.wait(py),
         Some(st) => {
             let c = h.completion.clone();
             let keep = h.take_keep();
-            st.get()
-                .inner
-                .enqueue(format!("wait for {}", h.what), move |_| {
-                    let r = c.wait();
-                    release(keep);
-                    r
-                })
-                .py()
+            st.enqueue(format!("wait for {}", h.what), move |_| {
+                let r = c.wait();
+                release(keep);
+                r
+            })
+            .py()
         }
     }
 }
 
 /// Drops kept Python memory from a worker thread, attached.
+///
+/// Stream workers do not take the GIL for this: what they release waits in
+/// a queue that the next stream-ordered call (or synchronisation) of a
+/// Python thread empties, with the GIL it holds anyway.
 pub(crate) fn release(keep: Option<Keep>) {
-    if keep.is_some() {
-        let _ = Python::try_attach(move |_| drop(keep));
+    if let Some(k) = keep {
+        RELEASED.lock().unwrap_or_else(|p| p.into_inner()).push(k);
+        RELEASED_ANY.store(true, std::sync::atomic::Ordering::Release);
     }
+}
+
+static RELEASED: Mutex<Vec<Keep>> = Mutex::new(Vec::new());
+static RELEASED_ANY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Drops what stream workers released (see [`release`]); needs the GIL.
+pub(crate) fn drop_released(_py: Python<'_>) {
+    if !RELEASED_ANY.load(std::sync::atomic::Ordering::Acquire) {
+        return;
+    }
+    let kept = {
+        let mut r = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
+        RELEASED_ANY.store(false, std::sync::atomic::Ordering::Release);
+        std::mem::take(&mut *r)
+    };
+    drop(kept);
 }
 
 /// Starts a put of `src` (any memory) into `dst` (symmetric) on `remote_pe`
@@ -214,11 +386,12 @@ pub(crate) fn release(keep: Option<Keep>) {
 pub(crate) fn put_handle(
     dst: &Bound<'_, PyAny>,
     src: &Bound<'_, PyAny>,
-    remote_pe: i64,
+    remote_pe: Pe,
     nbytes: Option<usize>,
 ) -> PyResult<Handle> {
-    let d = sym(dst, "dst")?;
-    let pe = pe_arg(remote_pe, d.sh.n_pes())?;
+    let d = sym_peer(dst, "dst")?;
+    let pe = pe_arg(remote_pe.0, d.sh.n_pes())?;
+    let d = d.for_pe(pe, "dst")?;
     let s = local(src, "src", false)?;
     let n = crate::rma::put_len(nbytes, s.len, d.len, pe)?;
     let what = format!("put of {n} bytes to PE {pe}");
@@ -227,6 +400,7 @@ pub(crate) fn put_handle(
     let c = unsafe { d.sh.put_async_raw(pe, d.offset, s.addr as *const u8, n) }
         .map_err(with_context(|| what.clone()))?;
     Ok(Handle {
+        sh: d.sh.clone(),
         completion: c,
         keep: Mutex::new(Some(s.keep)),
         what,
@@ -240,11 +414,12 @@ pub(crate) fn put_handle(
 pub(crate) fn get_handle(
     dst: &Bound<'_, PyAny>,
     src: &Bound<'_, PyAny>,
-    remote_pe: i64,
+    remote_pe: Pe,
     nbytes: Option<usize>,
 ) -> PyResult<Handle> {
-    let s = sym(src, "src")?;
-    let pe = pe_arg(remote_pe, s.sh.n_pes())?;
+    let s = sym_peer(src, "src")?;
+    let pe = pe_arg(remote_pe.0, s.sh.n_pes())?;
+    let s = s.for_pe(pe, "src")?;
     let d = local(dst, "dst", true)?;
     let n = crate::rma::get_len(nbytes, d.len, s.len, pe)?;
     let what = format!("get of {n} bytes from PE {pe}");
@@ -252,6 +427,7 @@ pub(crate) fn get_handle(
     let c = unsafe { s.sh.get_async_raw(pe, s.offset, d.addr as *mut u8, n) }
         .map_err(with_context(|| what.clone()))?;
     Ok(Handle {
+        sh: s.sh.clone(),
         completion: c,
         keep: Mutex::new(Some(d.keep)),
         what,

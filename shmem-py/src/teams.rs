@@ -172,11 +172,12 @@ pub(crate) fn team_split_strided(
     let (parent, sh) = resolve_team(parent)?;
     let c = coll(&sh);
     let cfg = config(num_contexts);
-    let t = py
-        .detach(move || c.team_split_strided(&parent, start, stride, size, cfg))
-        .map_err(with_context(|| {
-            format!("team_split_strided(start {start}, stride {stride}, size {size})")
-        }))?;
+    let t = blk(py, &sh, move || {
+        c.team_split_strided(&parent, start, stride, size, cfg)
+    })?
+    .map_err(with_context(|| {
+        format!("team_split_strided(start {start}, stride {stride}, size {size})")
+    }))?;
     Ok(t.map(|team| Team { team, sh }))
 }
 
@@ -193,8 +194,7 @@ pub(crate) fn team_split_2d(
     let (parent, sh) = resolve_team(parent)?;
     let c = coll(&sh);
     let cfg = config(num_contexts);
-    let (x, y) = py
-        .detach(move || c.team_split_2d(&parent, xrange, cfg, cfg))
+    let (x, y) = blk(py, &sh, move || c.team_split_2d(&parent, xrange, cfg, cfg))?
         .map_err(with_context(|| format!("team_split_2d(xrange {xrange})")))?;
     Ok((
         Team {
@@ -210,7 +210,7 @@ pub(crate) fn team_split_2d(
 pub(crate) fn team_destroy(py: Python<'_>, team: &Bound<'_, Team>) -> PyResult<()> {
     let t = team.get();
     let (c, tm) = (coll(&t.sh), t.team.clone());
-    py.detach(move || c.team_destroy(tm)).py()
+    blk(py, &t.sh, move || c.team_destroy(tm))?.py()
 }
 
 /// Completes outstanding operations and synchronises the team (now, or in
@@ -224,14 +224,10 @@ pub(crate) fn barrier(
 ) -> PyResult<()> {
     let (t, sh) = resolve_team(team)?;
     let c = coll(&sh);
-    if let Some(st) = stream_arg(stream)? {
-        return st
-            .get()
-            .inner
-            .enqueue("barrier", move |_| c.barrier(&t))
-            .py();
+    if let Some(st) = stream_arg(stream)?.stream(&sh, "team")? {
+        return st.enqueue("barrier", move |_| c.barrier(&t)).py();
     }
-    py.detach(move || c.barrier(&t))
+    blk(py, &sh, move || c.barrier(&t))?
         .map_err(with_context(|| format!("barrier on PE {}", sh.my_pe())))?;
     state::quieted(sh.instance());
     Ok(())
@@ -243,8 +239,7 @@ pub(crate) fn barrier(
 pub(crate) fn sync(py: Python<'_>, team: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     let (t, sh) = resolve_team(team)?;
     let c = coll(&sh);
-    py.detach(move || c.sync(&t))
-        .map_err(with_context(|| format!("sync on PE {}", sh.my_pe())))
+    blk(py, &sh, move || c.sync(&t))?.map_err(with_context(|| format!("sync on PE {}", sh.my_pe())))
 }
 
 fn pair(
@@ -316,12 +311,12 @@ fn copy_collective(
     };
     with_width!(size, T => {
         let (ds, ss) = (slice::<T>(&d, size), slice::<T>(&s, size));
-        py.detach(move || match which {
+        blk(py, &sh, move || match which {
             Copy::Broadcast(root) => c.broadcast(&t, ds, ss, n, root).map(|_| n),
             Copy::Fcollect => c.fcollect(&t, ds, ss, n).map(|_| n),
             Copy::Collect => c.collect(&t, ds, ss, n),
             Copy::Alltoall => c.alltoall(&t, ds, ss, n).map(|_| n),
-        })
+        })?
         .map_err(with_context(|| format!("{name} of {n} elements of {size} bytes on PE {}", sh.my_pe())))
     }, Err(invalid(format!("{name}: elements of {size} bytes are not supported"))))
 }
@@ -426,7 +421,7 @@ pub(crate) fn reduce(
     let c = coll(&sh);
     with_numeric!(dt, T => {
         let (ds, ss) = (slice::<T>(&d, size), slice::<T>(&s, size));
-        py.detach(move || c.reduce(&t, rop, ds, ss, n))
+        blk(py, &sh, move || c.reduce(&t, rop, ds, ss, n))?
             .map_err(with_context(|| format!("{op}_reduce of {n} x {} on PE {}", dt.name(), sh.my_pe())))
     }, Err(invalid(format!("reductions do not support dtype {}", dt.name()))))
 }
@@ -457,7 +452,7 @@ pub(crate) fn scan(
     let c = coll(&sh);
     with_numeric!(dt, T => {
         let (ds, ss) = (slice::<T>(&d, size), slice::<T>(&s, size));
-        py.detach(move || c.scan(&t, rop, kind, ds, ss, n))
+        blk(py, &sh, move || c.scan(&t, rop, kind, ds, ss, n))?
             .map_err(with_context(|| format!("{op} scan of {n} x {} on PE {}", dt.name(), sh.my_pe())))
     }, Err(invalid(format!("scans do not support dtype {}", dt.name()))))
 }
@@ -486,7 +481,22 @@ pub(crate) fn kv_shuffle(
     let c = coll(&sh);
     with_width!(size, T => {
         let (ks, vs) = (slice::<T>(&k, size), slice::<T>(&v, size));
-        py.detach(move || c.kv_shuffle(&shuffle_table, ks, vs, layout, &src_block_table, &dst_block_table))
+        blk(py, &sh, move || c.kv_shuffle(&shuffle_table, ks, vs, layout, &src_block_table, &dst_block_table))?
             .map_err(with_context(|| format!("kv_shuffle on PE {}", sh.my_pe())))
     }, Err(invalid(format!("kv_shuffle: elements of {size} bytes are not supported"))))
+}
+
+/// Runs a collective of `sh`'s instance interruptibly, in order with the
+/// instance's other collectives (see `blocking`).
+/// The instance's default stream finishes first.
+fn blk<T, F>(py: Python<'_>, sh: &Shmem, f: F) -> PyResult<shmem::Result<T>>
+where
+    T: Send + 'static,
+    F: FnOnce() -> shmem::Result<T> + Send + 'static,
+{
+    let inst = sh.instance();
+    crate::blocking::run_ordered(py, inst, move || {
+        crate::streams::settle_detached(inst)?;
+        f()
+    })
 }

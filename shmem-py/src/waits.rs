@@ -4,9 +4,10 @@
 
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
-use shmem::{Cmp, SymRef, SymSlice, WaitElement};
+use shmem::{Cmp, Shmem, SymRef, SymSlice, WaitElement};
 use shmem_core::Runtime;
 
+use crate::args::CmpArg;
 use crate::dtype::{with_wait, PyNum};
 use crate::errors::{invalid, with_context};
 use crate::memory::sym;
@@ -40,7 +41,7 @@ fn values<T: WaitElement + PyNum>(v: &Bound<'_, PyAny>, n: usize) -> PyResult<Ve
 #[allow(clippy::too_many_arguments)]
 fn run<T>(
     py: Python<'_>,
-    rt: &Runtime,
+    sh: &Shmem,
     ivars: SymSlice<T>,
     cmp: Cmp,
     vals: Vec<T>,
@@ -51,6 +52,8 @@ fn run<T>(
 where
     T: WaitElement + for<'py> IntoPyObject<'py>,
 {
+    let rt: &Runtime = sh;
+    let owned_status = status.clone();
     let status = status.as_deref();
     let what = || {
         format!(
@@ -63,8 +66,14 @@ where
     match (mode, test) {
         (Mode::One, false) => {
             let v = vals[0];
-            py.detach(|| rt.wait_until(SymRef::from(ivars), cmp, v))
-                .map_err(with_context(what))?;
+            let sh = sh.clone();
+            let one = SymRef::from(ivars);
+            if !crate::blocking::poll_briefly(py, || sh.test(one, cmp, v))
+                .map_err(with_context(what))?
+            {
+                crate::blocking::run(py, move || sh.wait_until(one, cmp, v))?
+                    .map_err(with_context(what))?;
+            }
             Ok(py.None())
         }
         (Mode::One, true) => rt
@@ -72,26 +81,37 @@ where
             .map_err(with_context(what))?
             .into_py_any(py),
         (Mode::All, false) => {
-            py.detach(|| rt.wait_until_all_vector(ivars, status, cmp, &vals))
-                .map_err(with_context(what))?;
+            let sh = sh.clone();
+            crate::blocking::run(py, move || {
+                sh.wait_until_all_vector(ivars, owned_status.as_deref(), cmp, &vals)
+            })?
+            .map_err(with_context(what))?;
             Ok(py.None())
         }
         (Mode::All, true) => rt
             .test_all_vector(ivars, status, cmp, &vals)
             .map_err(with_context(what))?
             .into_py_any(py),
-        (Mode::Any, false) => py
-            .detach(|| rt.wait_until_any_vector(ivars, status, cmp, &vals))
-            .map_err(with_context(what))?
-            .into_py_any(py),
+        (Mode::Any, false) => {
+            let sh = sh.clone();
+            crate::blocking::run(py, move || {
+                sh.wait_until_any_vector(ivars, owned_status.as_deref(), cmp, &vals)
+            })?
+        }
+        .map_err(with_context(what))?
+        .into_py_any(py),
         (Mode::Any, true) => rt
             .test_any_vector(ivars, status, cmp, &vals)
             .map_err(with_context(what))?
             .into_py_any(py),
-        (Mode::Some, false) => py
-            .detach(|| rt.wait_until_some_vector(ivars, status, cmp, &vals))
-            .map_err(with_context(what))?
-            .into_py_any(py),
+        (Mode::Some, false) => {
+            let sh = sh.clone();
+            crate::blocking::run(py, move || {
+                sh.wait_until_some_vector(ivars, owned_status.as_deref(), cmp, &vals)
+            })?
+        }
+        .map_err(with_context(what))?
+        .into_py_any(py),
         (Mode::Some, true) => rt
             .test_some_vector(ivars, status, cmp, &vals)
             .map_err(with_context(what))?
@@ -112,7 +132,7 @@ where
 pub(crate) fn wait_test(
     py: Python<'_>,
     ivars: &Bound<'_, PyAny>,
-    comparison: u32,
+    comparison: CmpArg,
     value: &Bound<'_, PyAny>,
     mode: &str,
     status: Option<Vec<bool>>,
@@ -120,7 +140,7 @@ pub(crate) fn wait_test(
     dtype: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     let s = sym(ivars, "ivars")?.with_dtype(dtype)?;
-    let cmp = cmp_arg(comparison)?;
+    let cmp = cmp_arg(comparison.0)?;
     let mode = match mode {
         "one" => Mode::One,
         "all" => Mode::All,
@@ -145,11 +165,14 @@ pub(crate) fn wait_test(
             )));
         }
     }
-    let rt: &Runtime = &s.sh;
+    let sh = s.sh.clone();
+    if !test {
+        crate::streams::settle(py, &sh)?;
+    }
     with_wait!(dt, T => {
         let vals = values::<T>(value, n)?;
         let slice = SymSlice::<T>::from_raw_parts(s.offset, n, s.instance());
-        run::<T>(py, rt, slice, cmp, vals, status, mode, test)
+        run::<T>(py, &sh, slice, cmp, vals, status, mode, test)
     }, Err(invalid(format!(
         "wait_until/test watch int16, uint16, int32, uint32, int64 or uint64 variables, not {}",
         dt.name()

@@ -30,9 +30,35 @@ def test_kv_shuffle_example():
     assert "caches verified on every PE" in out
 
 
+def test_pes_zero_is_a_clean_error():
+    for ex in ("allgather.py", "kv_shuffle.py"):
+        r = subprocess.run([sys.executable, os.path.join(EXAMPLES, ex), "--pes", "0"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "--pes must be at least 1" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+
+
+def test_tool_1_writes_a_profiler_trace(tmp_path):
+    pytest.importorskip("torch")
+    out = run([os.path.join(EXAMPLES, "allgather.py"), "--pes", "2", "--backend", "torch", "--iters", "2",
+               "--elems", "1024", "--tool", "1", "--trace-dir", str(tmp_path)])
+    assert "verified on every PE" in out
+    import json
+    for pe in range(2):
+        trace = json.load(open(tmp_path / f"pe{pe}.json"))
+        names = {e.get("name") for e in trace["traceEvents"]}
+        assert f"shmem PE {pe}" in names
+
+
+def venv_tool(name):
+    """``name`` on PATH, or installed next to this interpreter (a venv's bin/)."""
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    return here if os.access(here, os.X_OK) else shutil.which(name)
+
+
 def test_torchrun_uid_example():
     pytest.importorskip("torch")
-    torchrun = shutil.which("torchrun")
+    torchrun = venv_tool("torchrun")
     if torchrun is None:
         pytest.skip("torchrun is not on PATH")
     with socket.socket() as s:

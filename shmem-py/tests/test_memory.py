@@ -96,7 +96,7 @@ def peers(rank, n):
     with pytest.raises(core.ShmemInvalid, match="view of PE"):
         core.free(peer)
     with pytest.raises(core.ShmemInvalid, match="view of PE"):
-        core.put(peer, b"x", 0)
+        shmem.put(peer, b"x", (right + 1) % n)  # a view of another PE than the call's
     with pytest.raises(core.ShmemInvalid, match="out of range"):
         core.get_peer_buffer(buf, n)
     core.free(buf)

@@ -20,7 +20,7 @@ def put_get(rank, n):
         core.barrier_all()
         assert (arr == (np.arange(64) + left).astype(dt)).all(), dt
         got = np.empty(64, dt)
-        core.get(got, arr, right)  # typed view as source
+        shmem.get(got, arr, right)  # typed view as source (blocking form)
         assert (got == (np.arange(64) + rank).astype(dt)).all()
         core.barrier_all()
         core.free(buf)
@@ -34,7 +34,7 @@ def put_get(rank, n):
     core.barrier_all()
     assert a[8:16].tolist() == list(range(8)) and a[16:21].tolist() == [7, 7, 7, 7, 0]
     small = np.zeros(4, np.uint8)
-    core.get(small, buf, right, nbytes=2)
+    shmem.get(small, buf, right, nbytes=2)
     assert small.tolist() == [0, 0, 0, 0]
     shmem.getmem(small, a[8:], 4, right)
     assert small.tolist() == [0, 1, 2, 3]
@@ -182,8 +182,10 @@ def rma_errors(rank, n):
         core.get(b"immutable!", buf, 0)
     with pytest.raises(TypeError, match="buffer protocol"):
         core.put(buf, 3.14, 0)
-    with pytest.raises(TypeError, match="shmem Stream"):
+    with pytest.raises(core.ShmemInvalid, match="not a stream of this process"):
         core.put(buf, b"x", 0, stream=1234)
+    with pytest.raises(TypeError, match="shmem Stream"):
+        core.put(buf, b"x", 0, stream=3.5)
     with pytest.raises(core.ShmemInvalid, match="no element type"):
         shmem.p(buf, 1, 0)
     with pytest.raises(OverflowError):

@@ -16,7 +16,7 @@ def signalled_ring(rank, n):
     for it in range(1, 6):
         payload = np.full(1024, (rank * 10 + it) % 256, np.uint8)
         core.put_signal(data, payload, sig, 1, core.SignalOp.SIGNAL_ADD, right)
-        assert core.signal_wait(sig, it, core.ComparisonType.CMP_GE) == it
+        assert shmem.signal_wait(sig, it, core.ComparisonType.CMP_GE) == it
         assert (np.asarray(data) == (left * 10 + it) % 256).all()
         core.barrier_all()  # the next round's put must not overwrite data still being read
     core.signal_op(sig, 0, core.SignalOp.SIGNAL_SET, right)
@@ -30,7 +30,7 @@ def signalled_ring(rank, n):
     core.barrier_all()
     shmem.put_signal_nbi(data, np.full(4, 4, np.uint8), sig, 8, shmem.SIGNAL_SET, right)
     shmem.quiet()
-    assert core.signal_wait(sig, 8, core.ComparisonType.CMP_EQ) == 8
+    assert shmem.signal_wait(sig, 8, core.ComparisonType.CMP_EQ) == 8
     core.barrier_all()
     with pytest.raises(core.ShmemInvalid, match="uint64 signal"):
         core.signal_op(np.asarray(data)[:4], 1, core.SignalOp.SIGNAL_SET, 0)
@@ -96,7 +96,7 @@ def gil_released(rank, n):
 
     def waiter():
         started.set()
-        seen.append(core.signal_wait(sig, 1, core.ComparisonType.CMP_EQ))
+        seen.append(shmem.signal_wait(sig, 1, core.ComparisonType.CMP_EQ))
 
     t = threading.Thread(target=waiter)
     t.start()

@@ -92,7 +92,7 @@ def handles(rank, n):
     assert (np.asarray(buf) == (rank - 1) % n + 1).all()
     dst = np.zeros(1 << 20, np.uint8)
     h2 = core.get_handle(dst, buf, right)
-    core.handle_wait(h2)
+    shmem.handle_wait(h2)  # the blocking form
     assert (dst == rank + 1).all()
     # Completed in stream order.
     s = core.create_stream()

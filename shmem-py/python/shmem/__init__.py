@@ -4,8 +4,11 @@ modelled on CANN SHMEM), over the Rust library of the same name.
 Two layers:
 
 * ``shmem.core``: the reference's surface (``init``, ``buffer``, ``put``,
-  ``get``, ``put_signal``, ``signal_wait``, streams, handles, barriers).
-* ``shmem`` (this module): that plus the lower-level OpenSHMEM names:
+  ``get``, ``put_signal``, ``signal_wait``, streams, handles, barriers);
+  its transfers and signals are stream-ordered (default stream 0).
+* ``shmem`` (this module): that, with ``put``/``get``/``put_signal``/
+  ``signal_op``/``signal_wait``/``quiet``/``handle_wait`` as blocking
+  calls, plus the lower-level OpenSHMEM names:
   ``malloc``/``calloc``/``align``/``free``/``ptr``; typed transfers
   (``putmem``, ``put8``..``put128``, ``int32_put``, ``float_g``, ...);
   ``p``/``g``, ``iput``/``iget``, ``*_nbi``, ``putmem_signal``,
@@ -13,7 +16,8 @@ Two layers:
   (``team_split_strided``, ``team_split_2d``, ``team_translate_pe``,
   ``team_destroy``); collectives (``broadcast``, ``fcollect``,
   ``alltoall``, reductions, scans); ``global_exit``.
-* ``shmem.torch``: ``Manager``, ``AllGather``, ``KVShuffle`` on torch tensors.
+* ``shmem.torch``: ``Manager``, ``AllGather``, ``KVShuffle`` (also as
+  ``ShmemOps.*``) on torch tensors, and the ``torch.ops.shmem.*`` operators.
 
 Symmetric arguments are ``Buffer`` objects or numpy arrays / torch tensors
 viewing them (``buf.numpy(np.float32)``, ``torch.from_dlpack(buf)``); the
@@ -22,8 +26,9 @@ bytearray, memoryview, CPU tensors). Counts named ``nelems`` are elements,
 ``nbytes`` bytes. Every failure is a ``ShmemError`` (``ShmemInvalid`` for a
 rejected argument) naming the PE and size involved.
 
-Start PEs with ``python -m shmem.run -n 4 script.py`` (or ``shmemrun -n 4
-python script.py``, or torchrun) and call ``shmem.init()`` in the script.
+Start PEs with ``shmemrun -n 4 python script.py`` (installed with the
+package), ``python -m shmem.run -n 4 script.py`` or torchrun, and call
+``shmem.init()`` in the script.
 """
 
 from . import _shmem as _n
@@ -35,6 +40,21 @@ from ._enums import (  # noqa: F401
     TEAM_INVALID, TEAM_SHARED, TEAM_WORLD,
 )
 from . import core  # noqa: F401
+
+# The blocking forms of shmem.core's stream-ordered calls: with stream=None
+# (the default) they complete before returning (a put's source may be
+# reused, a get's destination holds the data, signal_wait returns the
+# signal's value), after letting the default stream finish. A Stream or an
+# int (0 = the default stream) makes them stream-ordered like shmem.core's.
+put = _n.put
+get = _n.get
+#: ``uid_address(uid)``: "ip:port" where a unique id's config store listens.
+uid_address = _n.uid_address
+put_signal = _n.put_signal
+signal_op = _n.signal_op
+signal_wait = _n.signal_wait
+quiet = _n.quiet
+handle_wait = _n.handle_wait
 
 __version__ = _n.version()
 
@@ -59,7 +79,7 @@ _WAIT_TYPES = {k for k, v in TYPES.items() if v in ("int16", "uint16", "int32", 
 
 def malloc(size, mem_type=MemType.DEVICE_SIDE):
     """``size`` bytes of symmetric memory (collective); a ``Buffer``."""
-    return _n.malloc(size, 0, False, False, True, int(mem_type))
+    return _n.malloc(size, 0, False, False, True, mem_type)
 
 
 ptr = _n.ptr

@@ -23,9 +23,9 @@ __all__ = [
     "align", "barrier", "barrier_all", "barrier_all_on_stream", "barrier_on_stream",
     "buffer", "calloc", "create_stream", "current_instance", "finalize", "free",
     "get", "get_handle", "get_peer_buffer", "get_unique_id", "get_version",
-    "handle_wait", "init", "init_status", "multi_instance", "my_pe", "n_pes",
+    "get_default_stream", "handle_wait", "init", "init_status", "multi_instance", "my_pe", "n_pes",
     "put", "put_handle", "put_signal", "quiet", "set_instance", "signal_op",
-    "signal_wait", "sync", "sync_all", "team_my_pe", "team_n_pes",
+    "signal_wait", "stream_synchronize", "sync", "sync_all", "team_my_pe", "team_n_pes",
 ]
 
 
@@ -34,16 +34,37 @@ def get_version():
     return _n.version()
 
 
-def get_unique_id(empty=False):
+def _single_host():
+    """Whether the launcher environment says every PE runs on this host
+    (torchrun's or shmemrun's LOCAL_WORLD_SIZE == WORLD_SIZE)."""
+    import os
+
+    local, world = os.environ.get("LOCAL_WORLD_SIZE"), os.environ.get("WORLD_SIZE")
+    return local is not None and world is not None and local == world
+
+
+def get_unique_id(empty=False, local=None):
     """Rank 0: start the job's config store in this process and return the
     unique id (``bytes``, picklable) to hand to every PE's ``init``.
 
     ``empty=True`` returns a zero-filled id of the right length without
     starting anything: a receive buffer for broadcasting the real one (for
     example with ``torch.distributed.broadcast``).
+
+    Where the store listens: ``SHMEM_BOOTSTRAP_ADDR`` / ``SHMEM_BOOTSTRAP_IFNAME``
+    when set; else loopback (127.0.0.1) when ``local=True`` or when the
+    launcher says all PEs are on this host (torchrun / shmemrun with
+    ``LOCAL_WORLD_SIZE == WORLD_SIZE``); else this host's first
+    non-loopback IPv4 address, so that PEs on other hosts can reach it
+    (``local=False`` forces that).
     """
+    import os
+
     if empty:
         return bytes(_n.unique_id_len())
+    told = os.environ.get("SHMEM_BOOTSTRAP_ADDR") or os.environ.get("SHMEM_BOOTSTRAP_IFNAME")
+    if not told and (local is True or (local is None and _single_host())):
+        return _n.get_unique_id("127.0.0.1")
     return _n.get_unique_id()
 
 
@@ -143,9 +164,16 @@ def init(device=None, uid=None, rank=None, nranks=None, mpi_comm=None,
     )
 
 
+#: Callbacks run (with the instance id) after an instance is finalised.
+_on_finalize = []
+
+
 def finalize(instance_id=None):
     """Leave the job (collective) for ``instance_id`` or the current instance."""
+    inst = _n.current_instance() if instance_id is None else instance_id
     _n.finalize(instance_id)
+    for cb in list(_on_finalize):
+        cb(inst)
 
 
 def init_status(instance_id=None):
@@ -205,32 +233,89 @@ def buffer(size, release=False, except_on_del=True, mem_type=MemType.DEVICE_SIDE
     from a destructor). ``mem_type`` is accepted for compatibility: both
     kinds are host memory here.
     """
-    return _n.malloc(size, 0, False, release, except_on_del, int(mem_type))
+    return _n.malloc(size, 0, False, release, except_on_del, mem_type)
 
 
 def calloc(count, size, mem_type=MemType.DEVICE_SIDE):
     """``count * size`` zeroed bytes (collective)."""
-    return _n.malloc(count * size, 0, True, False, True, int(mem_type))
+    return _n.malloc(count * size, 0, True, False, True, mem_type)
 
 
 def align(alignment, size, mem_type=MemType.DEVICE_SIDE):
     """``size`` bytes aligned to ``alignment`` (a power of two; collective)."""
-    return _n.malloc(size, alignment, False, False, True, int(mem_type))
+    return _n.malloc(size, alignment, False, False, True, mem_type)
 
 
 free = _n.free
 get_peer_buffer = _n.get_peer_buffer
 
-put = _n.put
-get = _n.get
-put_signal = _n.put_signal
-signal_op = _n.signal_op
-signal_wait = _n.signal_wait
-quiet = _n.quiet
 create_stream = _n.create_stream
-handle_wait = _n.handle_wait
+get_default_stream = _n.get_default_stream
 put_handle = _n.put_handle
 get_handle = _n.get_handle
+
+# Stream-ordered calls, as the reference documents them: ``stream`` is a
+# ``Stream``, the int of one, or 0 / None for the instance's default stream.
+# They enqueue and return; the stream's own worker runs them in order.
+# Host calls (barriers, collectives, free, finalize, the blocking forms in
+# the top-level ``shmem`` module) first let the default stream finish, and
+# ``get_default_stream().synchronize()`` (or ``stream_synchronize(0)``)
+# waits for it explicitly.
+
+
+def put(dst, src, remote_pe, stream=None, nbytes=None):
+    """Enqueue a copy of ``src`` (any memory) into ``dst`` on ``remote_pe``
+    (stream-ordered; ``dst`` is symmetric: the local Buffer, a view of it,
+    or ``get_peer_buffer(buf, remote_pe)``). ``shmem.put`` is the blocking
+    form."""
+    _n.put(dst, src, remote_pe, 0 if stream is None else stream, nbytes)
+
+
+def get(dst, src, remote_pe, stream=None, nbytes=None):
+    """Enqueue a copy of ``src`` (symmetric, or ``get_peer_buffer(buf,
+    remote_pe)``) on ``remote_pe`` into ``dst`` (stream-ordered: ``dst``
+    holds the data once the stream has reached it). ``shmem.get`` is the
+    blocking form."""
+    _n.get(dst, src, remote_pe, 0 if stream is None else stream, nbytes)
+
+
+def put_signal(dst, src, signal_var, signal_val, signal_operation, remote_pe, stream=None, nbytes=None):
+    """Enqueue a put followed by a signal update on ``remote_pe``
+    (stream-ordered). ``shmem.put_signal`` is the blocking form."""
+    _n.put_signal(dst, src, signal_var, signal_val, signal_operation, remote_pe,
+                  0 if stream is None else stream, nbytes)
+
+
+def signal_op(signal_var, signal_val, signal_operation, remote_pe, stream=None):
+    """Enqueue an update (``SignalOp``) of ``signal_var`` on ``remote_pe``
+    (stream-ordered). ``shmem.signal_op`` is the blocking form."""
+    _n.signal_op(signal_var, signal_val, signal_operation, remote_pe, 0 if stream is None else stream)
+
+
+def signal_wait(signal_var, signal_val, comparison, stream=None):
+    """Enqueue a wait until this PE's ``signal_var <comparison> signal_val``
+    (``ComparisonType``): later work on the stream runs after it. Returns
+    None. ``shmem.signal_wait`` blocks the host instead and returns the
+    signal's value."""
+    _n.signal_wait(signal_var, signal_val, comparison, 0 if stream is None else stream)
+
+
+def quiet(stream=None):
+    """Enqueue the completion of every outstanding operation on the stream
+    (stream-ordered). ``shmem.quiet`` is the blocking form."""
+    _n.quiet(0 if stream is None else stream)
+
+
+def handle_wait(handle, stream=None):
+    """Complete ``handle`` in stream order (``handle.wait()`` blocks)."""
+    _n.handle_wait(handle, 0 if stream is None else stream)
+
+
+def stream_synchronize(stream=None):
+    """Block (interruptibly) until ``stream`` (a ``Stream``, its int, or
+    0 / None for the default stream) has run everything enqueued; raises
+    the first error it met."""
+    _n.stream_synchronize(0 if stream is None else stream)
 
 
 def barrier(team=TEAM_WORLD):
