@@ -130,11 +130,18 @@ impl Shared {
             return "unknown (no hang watch)".into();
         };
         let st = h.activity.state();
+        let at = st
+            .location
+            .map(|l| format!(", called at {l}"))
+            .unwrap_or_default();
         match st.label {
             Some(label) if st.generation == h.generation => {
-                format!("{label}, waiting {:.1} s", h.since.elapsed().as_secs_f64())
+                format!(
+                    "{label}, waiting {:.1} s{at}",
+                    h.since.elapsed().as_secs_f64()
+                )
             }
-            Some(label) => format!("{label}, just entered"),
+            Some(label) => format!("{label}, just entered{at}"),
             None => "in no shmem call (computing, or blocked outside the library)".into(),
         }
     }

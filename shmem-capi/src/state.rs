@@ -98,6 +98,8 @@ pub(crate) fn fatal(name: &str, msg: &str) -> ! {
 
 /// Finishes initialisation of a joined PE (collective) and installs it.
 pub(crate) fn install(shmem: Shmem) -> Result<()> {
+    // A hang report should not name this library's glue code as the caller.
+    shmem_core::Activity::hide_source_locations();
     let rt = shmem.runtime().clone();
     let coll = shmem.collectives().clone();
     let statics = StaticData::exchange(&rt)?;

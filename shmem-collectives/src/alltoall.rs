@@ -39,6 +39,7 @@ impl Collectives {
     /// (`shmem_alltoall`): block `j` of this PE's `source` lands in block
     /// `my_pe` of team PE `j`'s `dest`. Both hold `n_pes * nelems` elements
     /// and must not overlap.
+    #[track_caller]
     pub fn alltoall<T: Element>(
         &self,
         team: &Team,
@@ -82,6 +83,7 @@ impl Collectives {
     /// `dest[dst * (my_pe * nelems + k)]` on PE `j`. Strides are in elements
     /// and at least 1.
     #[allow(clippy::too_many_arguments)]
+    #[track_caller]
     pub fn alltoalls<T: Element>(
         &self,
         team: &Team,

@@ -11,6 +11,7 @@ impl Collectives {
     /// every member of `team` (`shmem_broadcast`). `source` is read only on
     /// the root; on the root `dest` may be `source` itself. Every member must
     /// pass the same `root` and `nelems`.
+    #[track_caller]
     pub fn broadcast<T: Element>(
         &self,
         team: &Team,

@@ -491,39 +491,47 @@ impl Collectives {
     }
 
     /// The runtime underneath.
+    #[track_caller]
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.rt
     }
 
     /// The algorithms forced by `SHMEM_*_ALGORITHM` (`None`: chosen per call).
+    #[track_caller]
     pub fn algorithms(&self) -> AlgorithmChoice {
         self.algorithms
     }
 
     /// Staging bytes per team.
+    #[track_caller]
     pub fn stage_bytes(&self) -> usize {
         self.stage_bytes
     }
 
     /// All PEs of the job (`SHMEM_TEAM_WORLD`).
+    #[track_caller]
     pub fn world(&self) -> Team {
         self.world.clone()
     }
 
     /// The PEs on this PE's node (`SHMEM_TEAM_SHARED`).
+    #[track_caller]
     pub fn shared(&self) -> Team {
         self.shared.clone()
     }
 
+    #[track_caller]
     pub(crate) fn world_ref(&self) -> &Team {
         &self.world
     }
 
+    #[track_caller]
     fn word(&self, slot: usize, w: usize) -> SymRef<u64> {
         let off = self.signals.offset() + (slot * self.layout.words + w) * 8;
         SymRef::from_raw_parts(off, self.signals.instance())
     }
 
+    #[track_caller]
     fn free_slots(&self) -> MutexGuard<'_, u64> {
         self.free_slots.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -532,6 +540,7 @@ impl Collectives {
     /// handshake with this call's fingerprint. `local` is the outcome of this
     /// PE's own argument checks; a failure there still joins the handshake
     /// (so the other PEs fail too instead of waiting) and is returned.
+    #[track_caller]
     pub(crate) fn begin<'a>(
         &'a self,
         team: &'a Team,
@@ -545,6 +554,7 @@ impl Collectives {
 
     /// Checks `team`, locks its state and records the call for the hang
     /// report (until the returned call is dropped).
+    #[track_caller]
     fn open_call<'a>(&'a self, team: &'a Team, op: &'static str) -> Result<Call<'a>> {
         self.check_team(team)?;
         let state = team.lock_state();
@@ -568,6 +578,7 @@ impl Collectives {
     /// team PE 0 signals each member's own word. `team_destroy` needs the
     /// latter: it clears the slot's words right after the handshake, and a
     /// shared release word could be cleared before a slow member read it.
+    #[track_caller]
     fn begin_release<'a>(
         &'a self,
         team: &'a Team,
@@ -597,6 +608,7 @@ impl Collectives {
     /// [`Call::fold_plan`] (when it gives none, the caller runs
     /// [`Collectives::begin`] and its own algorithm instead).
     #[allow(clippy::too_many_arguments)]
+    #[track_caller]
     pub(crate) fn begin_folded(
         &self,
         plan: crate::fold::FoldPlan,
@@ -624,6 +636,7 @@ impl Collectives {
         }
     }
 
+    #[track_caller]
     fn mismatch(&self, op: &'static str, call: &Call<'_>, describe: &dyn Fn() -> String) -> Error {
         Error::CollectiveMismatch {
             op,
@@ -638,6 +651,7 @@ impl Collectives {
         }
     }
 
+    #[track_caller]
     pub(crate) fn check_team(&self, team: &Team) -> Result<()> {
         if team.inner.owner != self.id {
             return Err(Error::invalid(
@@ -655,6 +669,7 @@ impl Collectives {
 
     /// Waits until every member of `team` has called `sync` (no memory
     /// ordering beyond the signals; see [`Collectives::barrier`]).
+    #[track_caller]
     pub fn sync(&self, team: &Team) -> Result<()> {
         self.begin(team, "sync", Desc::new("sync"), Ok(()), &|| {
             "no arguments".into()
@@ -664,6 +679,7 @@ impl Collectives {
 
     /// Completes this PE's outstanding puts and AMOs ([`Runtime::quiet`]),
     /// then synchronises `team`.
+    #[track_caller]
     pub fn barrier(&self, team: &Team) -> Result<()> {
         self.rt.quiet()?;
         self.begin(team, "barrier", Desc::new("sync"), Ok(()), &|| {
@@ -673,11 +689,13 @@ impl Collectives {
     }
 
     /// [`Collectives::barrier`] over all PEs.
+    #[track_caller]
     pub fn barrier_all(&self) -> Result<()> {
         self.barrier(&self.world)
     }
 
     /// [`Collectives::sync`] over all PEs.
+    #[track_caller]
     pub fn sync_all(&self) -> Result<()> {
         self.sync(&self.world)
     }
@@ -687,6 +705,7 @@ impl Collectives {
     /// Splits `parent` (collective over it): the new team holds parent PEs
     /// `start, start + stride, ...` (`size` of them). PEs outside it get
     /// `None`. Every parent PE must pass the same arguments.
+    #[track_caller]
     pub fn team_split_strided(
         &self,
         parent: &Team,
@@ -714,6 +733,7 @@ impl Collectives {
     /// Splits `parent` into a 2-D grid with `xrange` columns (collective over
     /// it). Returns this PE's row team (consecutive parent PEs) and column
     /// team (parent PEs `xrange` apart). The last row may be short.
+    #[track_caller]
     pub fn team_split_2d(
         &self,
         parent: &Team,
@@ -755,6 +775,7 @@ impl Collectives {
     /// Destroys a team (collective over its members): synchronises them,
     /// then returns its scratch slot to the pool. Every clone of the handle
     /// becomes unusable. The predefined teams cannot be destroyed.
+    #[track_caller]
     pub fn team_destroy(&self, team: Team) -> Result<()> {
         self.check_team(&team)?;
         if team.inner.kind != TeamKind::Split {
@@ -789,6 +810,7 @@ impl Collectives {
 
     /// Finds `count` slots free on every PE of `parent` (an AND-reduction of
     /// the free masks, which doubles as the argument check).
+    #[track_caller]
     fn agree_free_slots(
         &self,
         parent: &Team,
@@ -820,6 +842,7 @@ impl Collectives {
         Ok(out)
     }
 
+    #[track_caller]
     fn make_team(&self, slot: usize, members: Vec<PeId>, config: TeamConfig) -> Option<Team> {
         let t = Team::new(
             self.id,

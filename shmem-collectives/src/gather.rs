@@ -54,6 +54,7 @@ impl Collectives {
     /// Concatenates `nelems` elements of every member's `source` into every
     /// member's `dest`, in team PE order (`shmem_fcollect`, allgather).
     /// `dest` holds `n_pes * nelems` elements and must not overlap `source`.
+    #[track_caller]
     pub fn fcollect<T: Element>(
         &self,
         team: &Team,
@@ -132,6 +133,7 @@ impl Collectives {
     /// team PE order, where each PE contributes its own `nelems`
     /// (`shmem_collect`). Returns the total number of elements gathered. An
     /// error on every PE if any member's `dest` is too small.
+    #[track_caller]
     pub fn collect<T: Element>(
         &self,
         team: &Team,

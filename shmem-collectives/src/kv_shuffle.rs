@@ -117,6 +117,7 @@ impl Collectives {
     /// Only senders read the block tables. An asymmetric table, or tables
     /// and layouts that differ across PEs, are errors on every PE.
     #[allow(clippy::too_many_arguments)]
+    #[track_caller]
     pub fn kv_shuffle<T: Element>(
         &self,
         shuffle_table: &[[i64; 2]],

@@ -299,6 +299,7 @@ fn ring_allreduce<T: Reducible>(
 impl Collectives {
     /// Reduces `nreduce` elements of `source` across `team` with `op`; every
     /// member gets the result in `dest` (which may be `source` itself).
+    #[track_caller]
     pub fn reduce<T: Reducible>(
         &self,
         team: &Team,
@@ -405,6 +406,7 @@ impl Collectives {
     }
 
     /// Sum reduction (`shmem_TYPE_sum_reduce`).
+    #[track_caller]
     pub fn sum_reduce<T: Reducible>(
         &self,
         team: &Team,
@@ -416,6 +418,7 @@ impl Collectives {
     }
 
     /// Product reduction (`shmem_TYPE_prod_reduce`).
+    #[track_caller]
     pub fn prod_reduce<T: Reducible>(
         &self,
         team: &Team,
@@ -427,6 +430,7 @@ impl Collectives {
     }
 
     /// Minimum reduction (`shmem_TYPE_min_reduce`).
+    #[track_caller]
     pub fn min_reduce<T: Reducible>(
         &self,
         team: &Team,
@@ -438,6 +442,7 @@ impl Collectives {
     }
 
     /// Maximum reduction (`shmem_TYPE_max_reduce`).
+    #[track_caller]
     pub fn max_reduce<T: Reducible>(
         &self,
         team: &Team,
@@ -449,6 +454,7 @@ impl Collectives {
     }
 
     /// Bitwise-and reduction (`shmem_TYPE_and_reduce`).
+    #[track_caller]
     pub fn and_reduce<T: BitwiseReducible>(
         &self,
         team: &Team,
@@ -460,6 +466,7 @@ impl Collectives {
     }
 
     /// Bitwise-or reduction (`shmem_TYPE_or_reduce`).
+    #[track_caller]
     pub fn or_reduce<T: BitwiseReducible>(
         &self,
         team: &Team,
@@ -471,6 +478,7 @@ impl Collectives {
     }
 
     /// Bitwise-xor reduction (`shmem_TYPE_xor_reduce`).
+    #[track_caller]
     pub fn xor_reduce<T: BitwiseReducible>(
         &self,
         team: &Team,
@@ -484,6 +492,7 @@ impl Collectives {
     /// Prefix scan of `nelems` elements across `team` in team PE order:
     /// PE i gets the combination of PEs 0..=i (inclusive) or 0..i
     /// (exclusive; PE 0 gets `op`'s identity). `dest` may be `source`.
+    #[track_caller]
     pub fn scan<T: Reducible>(
         &self,
         team: &Team,
@@ -533,6 +542,7 @@ impl Collectives {
     }
 
     /// Inclusive sum scan.
+    #[track_caller]
     pub fn sum_inscan<T: Reducible>(
         &self,
         team: &Team,
@@ -551,6 +561,7 @@ impl Collectives {
     }
 
     /// Exclusive sum scan (PE 0 gets zeros).
+    #[track_caller]
     pub fn sum_exscan<T: Reducible>(
         &self,
         team: &Team,

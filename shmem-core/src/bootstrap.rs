@@ -1,6 +1,6 @@
 //! The control-plane contract: how PEs find each other and exchange small data.
 
-use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -105,7 +105,13 @@ pub struct Activity {
     team_ptr: AtomicPtr<u8>,
     team_len: AtomicUsize,
     seq: AtomicU64,
+    /// Source location of the outermost call (`#[track_caller]`), or null.
+    location: AtomicPtr<std::panic::Location<'static>>,
 }
+
+/// Front ends whose callers' locations mean nothing to their users (the C
+/// ABI, Python) turn the locations off for the process.
+static HIDE_LOCATIONS: AtomicBool = AtomicBool::new(false);
 
 /// Leaves the call entered with [`Activity::enter`] when dropped.
 #[derive(Debug)]
@@ -131,6 +137,8 @@ pub struct ActivityState {
     pub generation: u64,
     /// `call #seq (team T)`, or `None` when the PE is in no blocking call.
     pub label: Option<String>,
+    /// `file:line` of the user's call, where the front end records it.
+    pub location: Option<String>,
 }
 
 impl Activity {
@@ -142,7 +150,20 @@ impl Activity {
     /// Records entry into `call` number `seq` (on `team`, if not empty).
     /// Only the outermost call is recorded; the guard leaves it.
     #[inline]
+    #[track_caller]
     pub fn enter(&self, call: &'static str, team: &'static str, seq: u64) -> ActivityGuard<'_> {
+        self.enter_at(call, team, seq, std::panic::Location::caller())
+    }
+
+    /// [`Activity::enter`] with the source location to report.
+    #[inline]
+    pub fn enter_at(
+        &self,
+        call: &'static str,
+        team: &'static str,
+        seq: u64,
+        location: &'static std::panic::Location<'static>,
+    ) -> ActivityGuard<'_> {
         if MUTED.with(|m| m.get()) {
             return ActivityGuard(None);
         }
@@ -157,9 +178,22 @@ impl Activity {
                 .store(team.as_ptr() as *mut u8, Ordering::Relaxed);
             self.team_len.store(team.len(), Ordering::Relaxed);
             self.seq.store(seq, Ordering::Relaxed);
+            let loc = if HIDE_LOCATIONS.load(Ordering::Relaxed) {
+                std::ptr::null_mut()
+            } else {
+                location as *const std::panic::Location<'static> as *mut _
+            };
+            self.location.store(loc, Ordering::Relaxed);
             self.generation.store((g | 1) + 1, Ordering::Release);
         }
         ActivityGuard(Some(self))
+    }
+
+    /// Leaves source locations out of every hang report of this process:
+    /// for front ends (C, Python) where the location would name the
+    /// library's own glue code rather than the user's call.
+    pub fn hide_source_locations() {
+        HIDE_LOCATIONS.store(true, Ordering::Relaxed);
     }
 
     /// Keeps the calling thread's calls out of every [`Activity`]: for a
@@ -191,17 +225,19 @@ impl Activity {
                 self.team_ptr.load(Ordering::Relaxed),
                 self.team_len.load(Ordering::Relaxed),
                 self.seq.load(Ordering::Relaxed),
+                self.location.load(Ordering::Relaxed),
             );
             fence(Ordering::Acquire);
             if g & 1 == 1 || self.generation.load(Ordering::Relaxed) != g {
                 std::hint::spin_loop();
                 continue;
             }
-            let (cp, cl, tp, tl, seq) = fields;
+            let (cp, cl, tp, tl, seq, loc) = fields;
             if !busy || cp.is_null() {
                 return ActivityState {
                     generation: g,
                     label: None,
+                    location: None,
                 };
             }
             // SAFETY: a consistent snapshot (the sequence lock held still)
@@ -223,9 +259,12 @@ impl Activity {
             if !team.is_empty() {
                 label.push_str(&format!(" (team {team})"));
             }
+            // SAFETY: null or a `&'static Location` stored by `enter_at`.
+            let location = unsafe { loc.as_ref() }.map(|l| format!("{}:{}", l.file(), l.line()));
             return ActivityState {
                 generation: g,
                 label: Some(label),
+                location,
             };
         }
     }
@@ -339,6 +378,9 @@ mod tests {
                 let _inner = a.enter("wait_until", "", 1);
                 assert_eq!(a.state().label.as_deref(), Some("barrier #7 (team WORLD)"));
                 assert_eq!(a.state().generation, g);
+                // The outermost call's location: the `enter` above.
+                let at = a.state().location.unwrap_or_default();
+                assert!(at.starts_with("shmem-core/src/bootstrap.rs:"), "{at}");
             }
             assert!(a.busy());
         }

@@ -503,6 +503,7 @@ impl Runtime {
 
     // ----- memory management (collective) --------------------------------
 
+    #[track_caller]
     fn agree(&self, kind: CollectiveKind, a: u64, b: u64) -> Result<()> {
         let call = match kind {
             CollectiveKind::Malloc => "malloc",
@@ -556,6 +557,7 @@ impl Runtime {
 
     /// Allocates `bytes` aligned to `align` (collective; every PE must pass
     /// the same arguments). Returns the heap offset.
+    #[track_caller]
     pub fn malloc_bytes(&self, bytes: usize, align: usize) -> Result<usize> {
         self.live()?;
         self.agree(CollectiveKind::Malloc, bytes as u64, align as u64)?;
@@ -564,6 +566,7 @@ impl Runtime {
 
     /// Like [`Runtime::malloc_bytes`], with the memory zeroed on every PE
     /// before any PE returns.
+    #[track_caller]
     pub fn calloc_bytes(&self, bytes: usize, align: usize) -> Result<usize> {
         let off = self.malloc_bytes(bytes, align)?;
         let len = self.allocator().len_of(off).unwrap_or(bytes);
@@ -574,6 +577,7 @@ impl Runtime {
     }
 
     /// Frees the allocation at heap `offset` (collective).
+    #[track_caller]
     pub fn free_bytes(&self, offset: usize) -> Result<()> {
         self.live()?;
         self.agree(CollectiveKind::Free, offset as u64, 0)?;
@@ -584,6 +588,7 @@ impl Runtime {
 
     /// Resizes the allocation at `offset`, keeping its contents (collective).
     /// Returns the new offset.
+    #[track_caller]
     pub fn realloc_bytes(&self, offset: usize, bytes: usize) -> Result<usize> {
         self.live()?;
         self.agree(CollectiveKind::Realloc, offset as u64, bytes as u64)?;
@@ -633,6 +638,7 @@ impl Runtime {
     }
 
     /// Allocates `count` elements of `T` (collective).
+    #[track_caller]
     pub fn malloc<T: Element>(&self, count: usize) -> Result<SymBuf<T>> {
         self.align_alloc(std::mem::align_of::<T>(), count)
     }
@@ -641,12 +647,14 @@ impl Runtime {
     /// (collective). On a host without an accelerator both kinds are host
     /// memory in the symmetric heap; the parameter exists so that code
     /// written for device memory runs unchanged.
+    #[track_caller]
     pub fn malloc_mem<T: Element>(&self, count: usize, mem_type: MemType) -> Result<SymBuf<T>> {
         let _host_only = mem_type;
         self.malloc(count)
     }
 
     /// Allocates `count` zeroed elements of `T` (collective).
+    #[track_caller]
     pub fn calloc<T: Element>(&self, count: usize) -> Result<SymBuf<T>> {
         let bytes = elems_bytes::<T>(count)?;
         let off = self.calloc_bytes(bytes, std::mem::align_of::<T>())?;
@@ -658,6 +666,7 @@ impl Runtime {
     /// # Errors
     /// `alignment` is not a power of two (0 included), the heap is
     /// exhausted, or the PEs disagree on the arguments.
+    #[track_caller]
     pub fn align_alloc<T: Element>(&self, alignment: usize, count: usize) -> Result<SymBuf<T>> {
         if !alignment.is_power_of_two() {
             return Err(Error::invalid(
@@ -677,6 +686,7 @@ impl Runtime {
     }
 
     /// Resizes a symmetric object to `count` elements, keeping its prefix (collective).
+    #[track_caller]
     pub fn realloc<T: Element>(&self, buf: SymBuf<T>, count: usize) -> Result<SymBuf<T>> {
         self.check_instance(buf.instance())?;
         self.check_tag(buf.tag(), buf.offset())?;
@@ -685,6 +695,7 @@ impl Runtime {
     }
 
     /// Frees a symmetric object (collective).
+    #[track_caller]
     pub fn free<T: Element>(&self, buf: SymBuf<T>) -> Result<()> {
         self.check_instance(buf.instance())?;
         self.check_tag(buf.tag(), buf.offset())?;
@@ -1293,6 +1304,7 @@ impl Runtime {
     }
 
     /// Waits until this PE's `sig <cmp> value`; returns the signal's value.
+    #[track_caller]
     pub fn signal_wait_until(&self, sig: SymRef<u64>, cmp: Cmp, value: u64) -> Result<u64> {
         self.live()?;
         self.check_signal(sig)?;
@@ -1319,6 +1331,7 @@ impl Runtime {
     /// # Errors
     /// [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
     /// is aborted, [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
+    #[track_caller]
     pub fn wait_for(&self, ready: impl FnMut() -> bool) -> Result<()> {
         self.wait_watching(wait::Span::ALL, ready)
     }
@@ -1330,6 +1343,7 @@ impl Runtime {
     ///
     /// # Errors
     /// As [`Runtime::wait_for`].
+    #[track_caller]
     pub fn wait_on(&self, offset: usize, len: usize, ready: impl FnMut() -> bool) -> Result<()> {
         self.wait_watching(wait::Span::bytes(offset, len), ready)
     }
@@ -1343,6 +1357,7 @@ impl Runtime {
     /// # Errors
     /// As [`Runtime::wait_for`]; [`Error::InvalidArgument`] when `pe`'s heap is not mapped here or the
     /// range is outside the heap.
+    #[track_caller]
     pub fn wait_on_pe(
         &self,
         pe: PeId,
@@ -1383,6 +1398,7 @@ impl Runtime {
         unsafe { (*self.control_block()).wakeups.load(Ordering::Relaxed) }
     }
 
+    #[track_caller]
     fn wait_watching(&self, watch: wait::Span, ready: impl FnMut() -> bool) -> Result<()> {
         // SAFETY: the control block sits at offset 0 of our live heap.
         unsafe { self.wait_in(self.control_block(), watch, None, ready) }
@@ -1393,6 +1409,7 @@ impl Runtime {
     ///
     /// # Safety
     /// `cb` must be the control block of a heap mapped for the runtime's life.
+    #[track_caller]
     unsafe fn wait_in(
         &self,
         cb: *const ControlBlock,
@@ -1404,6 +1421,7 @@ impl Runtime {
         // Recorded for the hang report once the wait starts sleeping (free
         // on the fast path); a collective's own entry takes precedence.
         let mut in_call = None;
+        let location = std::panic::Location::caller();
         // SAFETY: guaranteed by the caller.
         unsafe {
             wait::wait_until(
@@ -1412,7 +1430,9 @@ impl Runtime {
                 watch,
                 ready,
                 || {
-                    in_call.get_or_insert_with(|| self.activity.enter("wait_until", "", 0));
+                    in_call.get_or_insert_with(|| {
+                        self.activity.enter_at("wait_until", "", 0, location)
+                    });
                     bs.check_peers()
                 },
                 |d| {
@@ -1472,6 +1492,7 @@ impl Runtime {
     }
 
     /// Waits until this PE's `ivar <cmp> value`.
+    #[track_caller]
     pub fn wait_until<T: WaitElement>(&self, ivar: SymRef<T>, cmp: Cmp, value: T) -> Result<()> {
         self.check_ref(&ivar)?;
         let p = self.wait_ptrs(SymSlice::<T>::from_raw_parts(
@@ -1496,6 +1517,7 @@ impl Runtime {
     }
 
     /// Waits until every variable not masked by `status` (true = skip) satisfies the comparison.
+    #[track_caller]
     pub fn wait_until_all<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -1508,6 +1530,7 @@ impl Runtime {
 
     /// Waits until at least one unmasked variable satisfies the comparison;
     /// returns its index, or `None` if all are masked.
+    #[track_caller]
     pub fn wait_until_any<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -1520,6 +1543,7 @@ impl Runtime {
 
     /// Waits until at least one unmasked variable satisfies the comparison;
     /// returns the indices of all that do.
+    #[track_caller]
     pub fn wait_until_some<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -1531,6 +1555,7 @@ impl Runtime {
     }
 
     /// [`Runtime::wait_until_all`] with one comparison value per variable.
+    #[track_caller]
     pub fn wait_until_all_vector<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -1547,6 +1572,7 @@ impl Runtime {
     }
 
     /// [`Runtime::wait_until_any`] with one comparison value per variable.
+    #[track_caller]
     pub fn wait_until_any_vector<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -1569,6 +1595,7 @@ impl Runtime {
     }
 
     /// [`Runtime::wait_until_some`] with one comparison value per variable.
+    #[track_caller]
     pub fn wait_until_some_vector<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,

@@ -97,10 +97,12 @@ impl Shmem {
         &self.coll
     }
     /// Completes outstanding operations and waits for every PE.
+    #[track_caller]
     pub fn barrier_all(&self) -> Result<()> {
         self.coll.barrier_all()
     }
     /// Waits for every PE (no completion of outstanding operations).
+    #[track_caller]
     pub fn sync_all(&self) -> Result<()> {
         self.coll.sync_all()
     }
@@ -317,11 +319,13 @@ pub fn global_exit(status: i32) -> ! {
 }
 
 /// Barrier over all PEs of the current instance (completes outstanding operations).
+#[track_caller]
 pub fn barrier_all() -> Result<()> {
     current()?.barrier_all()
 }
 
 /// Synchronises all PEs of the current instance.
+#[track_caller]
 pub fn sync_all() -> Result<()> {
     current()?.sync_all()
 }
@@ -329,6 +333,7 @@ pub fn sync_all() -> Result<()> {
 macro_rules! forward {
     ($( $(#[$m:meta])* fn $name:ident [$($g:tt)*] ( $($a:ident : $t:ty),* ) -> $r:ty; )*) => { $(
         $(#[$m])*
+        #[track_caller]
         pub fn $name<$($g)*>($($a: $t),*) -> Result<$r> {
             current()?.$name($($a),*)
         }

@@ -172,6 +172,11 @@ fn a_collective_mismatch_is_reported_as_a_hang_table_and_can_end_the_job() {
         let want = format!("; {others} in barrier #");
         assert!(text.contains(&want), "want {want:?} in:\n{text}");
         assert!(text.contains("(team WORLD)"), "{text}");
+        // Each PE's row names the line of the test program that made the call.
+        assert!(
+            text.contains("called at tests/src/bin/shmem-test-pe.rs:"),
+            "{text}"
+        );
         assert!(
             text.contains("ending the job (SHMEM_HANG_ABORT=1)"),
             "{text}"
