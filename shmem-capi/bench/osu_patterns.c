@@ -90,6 +90,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; i++) psync[k][i] = SHMEM_SYNC_VALUE;
 
     size_t big = max_bytes * (size_t)npes;
+    if (big < 512) big = 512; /* the 64 x 8 bytes of the message-rate row */
     size_t nwrk = max_bytes / 8 / 2 + 1 + SHMEM_REDUCE_MIN_WRKDATA_SIZE;
     char *src = shmem_malloc(big);
     char *dst = shmem_malloc(big);

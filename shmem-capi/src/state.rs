@@ -289,8 +289,14 @@ impl State {
         if let Some((seg, off)) = self.statics.find(addr as usize, len) {
             return Ok(Sym::Static(seg, off));
         }
+        Err(self.not_symmetric(addr, len))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn not_symmetric(&self, addr: *const u8, len: usize) -> Error {
         let base = self.rt.heap_base().as_ptr() as usize;
-        Err(Error::invalid(
+        Error::invalid(
             "address",
             format!(
                 "{:#x} ({len} bytes) is not symmetric: it is neither in the symmetric heap \
@@ -299,6 +305,6 @@ impl State {
                 base + self.rt.heap_size(),
                 self.statics.describe()
             ),
-        ))
+        )
     }
 }

@@ -120,7 +120,8 @@ pub fn patterns(ctx: &mut Ctx<'_>) -> Result<Vec<Row>> {
     let base = base_iters(ctx.opts.iters);
     let coll = pe.collectives().clone();
     let world = coll.world();
-    let big = max * npes;
+    // At least the 64 x 8 bytes of the message-rate row.
+    let big = (max * npes).max(512);
     let src = pe.malloc::<u8>(big)?;
     let dst = pe.malloc::<u8>(big)?;
     let fsrc = pe.malloc::<f32>(max / 4)?;
