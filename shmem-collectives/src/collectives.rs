@@ -451,7 +451,12 @@ impl Collectives {
             SymBuf::from_raw_parts(rt.malloc_bytes(fold_total, 64)?, fold_total, rt.instance());
         // Zeroed, then a barrier inside calloc: no PE signals a word before
         // its owner has cleared it.
-        let signals = rt.calloc::<u64>(layout.words * opts.max_teams)?;
+        // Cache-line aligned: each latency-critical word owns its line.
+        let words = layout
+            .words
+            .checked_mul(opts.max_teams)
+            .ok_or_else(|| Error::invalid("max_teams", "the signal pool size overflows"))?;
+        let signals = SymBuf::from_raw_parts(rt.calloc_bytes(words * 8, 64)?, words, rt.instance());
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let me = rt.my_pe();
         let world = Team::new(

@@ -41,6 +41,8 @@ use crate::collectives::{Call, BAD_ARGS, MISMATCH};
 /// contributions, result), so that calls of different sizes never overlap.
 pub(crate) const FOLD_BYTES: usize = 4096;
 const HALF: usize = FOLD_BYTES / 2;
+/// Bytes that fit beside a handshake word in its cache line.
+const LINE_PAYLOAD: usize = 56;
 
 /// Computes the result (`out`) from every member's contribution, in team
 /// order.
@@ -120,10 +122,16 @@ impl Call<'_> {
     ) -> Result<(u32, Vec<u8>)> {
         let me = self.me;
         let parity = (seq & 1) as usize;
-        let slot = self
-            .fold_area()
-            .slice(parity * HALF..parity * HALF + mine.len())?;
         let w = self.word(self.coll.layout.entry(parity, 0));
+        // Up to 56 bytes travel in the signal word's own cache line (its
+        // other seven words are unused): the peer gets data and signal in
+        // one line transfer.
+        let slot = if mine.len() <= LINE_PAYLOAD {
+            SymSlice::from_raw_parts(w.offset() + 8, mine.len(), w.instance())
+        } else {
+            self.fold_area()
+                .slice(parity * HALF..parity * HALF + mine.len())?
+        };
         self.rt.put_signal(
             slot,
             mine,
