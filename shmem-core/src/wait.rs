@@ -50,6 +50,14 @@ pub struct ControlBlock {
     pub watch_all: AtomicU32,
     /// `FUTEX_WAKE` calls writers made for this heap's waiters (statistics).
     pub wakeups: AtomicU64,
+    /// Every zone any slot has ever watched ([`Span::zones`]; bits are
+    /// only ever added): a writer whose zones miss it skips the slot scan.
+    pub zones: AtomicU64,
+    /// Lowest start and highest end (bytes) of every span ever watched (only
+    /// ever widened): writes outside skip the slot scan too.
+    pub watched_lo: AtomicU64,
+    /// See `watched_lo`.
+    pub watched_hi: AtomicU64,
     /// Published watch spans.
     pub watch: [WatchSlot; WATCH_SLOTS],
 }
@@ -63,6 +71,9 @@ impl ControlBlock {
             wake_pending: AtomicU32::new(0),
             watch_all: AtomicU32::new(0),
             wakeups: AtomicU64::new(0),
+            zones: AtomicU64::new(0),
+            watched_lo: AtomicU64::new(u64::MAX),
+            watched_hi: AtomicU64::new(0),
             watch: [const {
                 WatchSlot {
                     key: AtomicU64::new(0),
@@ -142,6 +153,33 @@ impl Span {
     }
 }
 
+impl Span {
+    /// The span's zones as bits: the heap is cut into 512-byte regions,
+    /// region `r` maps to bit `r % 64` (all bits for a span over 64 regions
+    /// or an unknown one).
+    #[inline]
+    fn zones(self) -> u64 {
+        if self.end <= self.start {
+            return 0;
+        }
+        let first = self.start >> ZONE_SHIFT;
+        let last = (self.end - 1) >> ZONE_SHIFT;
+        if last - first >= 63 {
+            return u64::MAX;
+        }
+        let (a, b) = ((first % 64) as u32, (last % 64) as u32);
+        let run = |lo: u32, hi: u32| (u64::MAX >> (63 - (hi - lo))) << lo;
+        if a <= b {
+            run(a, b)
+        } else {
+            run(a, 63) | run(0, b)
+        }
+    }
+}
+
+/// Zones are 512-byte regions of the heap.
+const ZONE_SHIFT: u32 = 9;
+
 /// The waiter count in a slot value.
 const SLOT_COUNT: u64 = 0xFFFF;
 
@@ -180,6 +218,17 @@ fn ring_watchers(cb: &ControlBlock, spans: &[Span]) {
     if cb.watch_all.load(Ordering::SeqCst) != 0 {
         ring_bell(cb, &cb.doorbell, &cb.wake_pending);
     }
+    let (lo, hi) = (
+        cb.watched_lo.load(Ordering::SeqCst),
+        cb.watched_hi.load(Ordering::SeqCst),
+    );
+    let zones = cb.zones.load(Ordering::SeqCst);
+    let near = |s: &Span| {
+        s.end > s.start && (s.start as u64) < hi && (s.end as u64) > lo && s.zones() & zones != 0
+    };
+    if !spans.iter().any(near) {
+        return;
+    }
     for slot in &cb.watch {
         let w = slot.key.load(Ordering::SeqCst);
         if w != 0 && spans.iter().any(|s| s.hits(w)) {
@@ -204,6 +253,19 @@ struct Watch<'a> {
 
 impl<'a> Watch<'a> {
     fn publish(cb: &'a ControlBlock, span: Span) -> Watch<'a> {
+        // Zones first (before the slot and the waiter count): a writer that
+        // sees this waiter also sees its zones.
+        let z = span.zones();
+        if cb.zones.load(Ordering::SeqCst) & z != z {
+            cb.zones.fetch_or(z, Ordering::SeqCst);
+        }
+        let (start, end) = (span.start as u64, span.end.min(u64::MAX as usize) as u64);
+        if cb.watched_lo.load(Ordering::SeqCst) > start {
+            cb.watched_lo.fetch_min(start, Ordering::SeqCst);
+        }
+        if cb.watched_hi.load(Ordering::SeqCst) < end {
+            cb.watched_hi.fetch_max(end, Ordering::SeqCst);
+        }
         let slot = span.pack().and_then(|key| {
             // Share a slot with waiters on the same span (all PEs of a node
             // waiting for one release word), else take a free one.
@@ -475,6 +537,19 @@ mod tests {
         assert!(!Span::bytes(64, 0).hits(Span::bytes(0, 128).pack().unwrap()));
         assert!(Span::bytes(7, 2).hits(Span::bytes(8, 1).pack().unwrap()));
         assert!(!Span::bytes(16, 8).hits(Span::bytes(8, 8).pack().unwrap()));
+    }
+
+    #[test]
+    fn zones_cover_their_spans() {
+        assert_eq!(Span::bytes(0, 8).zones(), 1);
+        assert_eq!(Span::bytes(512, 8).zones(), 2);
+        assert_eq!(Span::bytes(500, 20).zones(), 3);
+        assert_eq!(Span::bytes(63 * 512, 1024).zones(), (1 << 63) | 1);
+        assert_eq!(Span::bytes(0, 64 * 512).zones(), u64::MAX);
+        assert_eq!(Span::ALL.zones(), u64::MAX);
+        assert_eq!(Span::bytes(64, 0).zones(), 0);
+        // Region 64 shares bit 0 with region 0.
+        assert_eq!(Span::bytes(64 * 512, 8).zones(), 1);
     }
 
     #[test]
