@@ -33,10 +33,42 @@ fn amo_t<T: AtomicElement>(
     op: AmoOp,
     pe: c_int,
 ) -> T {
+    // The op crosses into the closure as three words: a 24-byte enum read
+    // back with wide loads right after narrow stores stalled the call on
+    // store forwarding (a third of an 8-byte atomic's time).
+    let (kind, a, b) = split(op);
     ffi(name, |st| {
-        st.amo(ctx, target.cast(), T::WIDTH, op, pe)
+        st.amo(ctx, target.cast(), T::WIDTH, join(kind, a, b), pe)
             .map(T::from_bits)
     })
+}
+
+#[inline(always)]
+fn split(op: AmoOp) -> (u64, u64, u64) {
+    match op {
+        AmoOp::Fetch => (0, 0, 0),
+        AmoOp::Set(v) => (1, v, 0),
+        AmoOp::Swap(v) => (2, v, 0),
+        AmoOp::CompareSwap { cond, value } => (3, cond, value),
+        AmoOp::Add(v) => (4, v, 0),
+        AmoOp::And(v) => (5, v, 0),
+        AmoOp::Or(v) => (6, v, 0),
+        AmoOp::Xor(v) => (7, v, 0),
+    }
+}
+
+#[inline(always)]
+fn join(kind: u64, a: u64, b: u64) -> AmoOp {
+    match kind {
+        0 => AmoOp::Fetch,
+        1 => AmoOp::Set(a),
+        2 => AmoOp::Swap(a),
+        3 => AmoOp::CompareSwap { cond: a, value: b },
+        4 => AmoOp::Add(a),
+        5 => AmoOp::And(a),
+        6 => AmoOp::Or(a),
+        _ => AmoOp::Xor(a),
+    }
 }
 
 fn store<T>(name: &'static str, fetch: *mut T, value: T) {
