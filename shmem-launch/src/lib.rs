@@ -478,6 +478,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
     let mut blame: Option<(usize, (usize, PeEnd), Instant)> = None;
     let mut interrupted = None;
     let mut kill_at: Option<Instant> = None;
+    // After a global_exit: when the other PEs get SIGTERM if still running.
+    let mut term_at: Option<Instant> = None;
     let mut timed_out = false;
     let deadline = opts.timeout.map(|t| Instant::now() + t);
     loop {
@@ -547,17 +549,37 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
             });
             if let Some((pe, end)) = decided {
                 first_failure = Some((first + pe, end));
+                // A PE that ended the job (global_exit) told every other PE
+                // through the store; they exit with its status on their
+                // own, so they get the grace period before SIGTERM.
+                let aborted = store
+                    .as_ref()
+                    .and_then(|s| s.first_failure())
+                    .is_some_and(|(_, what)| what.starts_with("ended the job"));
                 if let Some(s) = &store {
                     s.report_exit(first + pe, &format!("it {end}"));
                 }
+                if aborted {
+                    term_at = Some(Instant::now() + opts.kill_grace);
+                } else {
+                    for c in children.iter().flatten() {
+                        signal_group(c, libc::SIGTERM);
+                    }
+                    kill_at = Some(Instant::now() + opts.kill_grace);
+                }
+            }
+        }
+        if children.iter().all(|c| c.is_none()) {
+            break;
+        }
+        if let Some(t) = term_at {
+            if Instant::now() >= t {
+                term_at = None;
                 for c in children.iter().flatten() {
                     signal_group(c, libc::SIGTERM);
                 }
                 kill_at = Some(Instant::now() + opts.kill_grace);
             }
-        }
-        if children.iter().all(|c| c.is_none()) {
-            break;
         }
         if let Some(t) = kill_at {
             if Instant::now() >= t {

@@ -873,7 +873,16 @@ fn rma_to_dead(pe: &Shmem) -> Result<()> {
     // SAFETY: `src` outlives the quiet below.
     let nbi = unsafe { pe.put_nbi(buf.slice(..)?, &src, 1) };
     expect_err(me, nbi, needle)?;
-    expect_err(me, pe.quiet(), needle)?;
+    // Over ROCE the engine may have failed the operations above before the
+    // store reported the death; quiet, which targets no PE, fails once that
+    // report is in (polled, with the same safety net as the gets).
+    let quiet = loop {
+        match pe.quiet() {
+            Ok(()) if Instant::now() < net => std::thread::yield_now(),
+            other => break other,
+        }
+    };
+    expect_err(me, quiet, needle)?;
     // This PE's own heap is still reachable (the other survivors may have
     // exited already).
     pe.put(buf.slice(0..8)?, &[me as u8; 8], me)?;
