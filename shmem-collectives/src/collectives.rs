@@ -626,19 +626,17 @@ impl Collectives {
         result_len: usize,
         finish: crate::fold::Finish<'_>,
     ) -> Result<Vec<u8>> {
-        {
-            let mut call = self.open_call(team, op)?;
-            let value = match local {
-                Ok(()) => desc.value(),
-                Err(_) => BAD_ARGS,
-            };
-            let (agreed, out) = call.fold_handshake(plan, value, mine, result_len, finish)?;
-            local?;
-            if agreed != value {
-                return Err(self.mismatch(op, &call, describe));
-            }
-            Ok(out)
+        let mut call = self.open_call(team, op)?;
+        let value = match local {
+            Ok(()) => desc.value(),
+            Err(_) => BAD_ARGS,
+        };
+        let (agreed, out) = call.fold_handshake(plan, value, mine, result_len, finish)?;
+        local?;
+        if agreed != value {
+            return Err(self.mismatch(op, &call, describe));
         }
+        Ok(out)
     }
 
     #[track_caller]

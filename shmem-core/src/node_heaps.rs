@@ -83,6 +83,22 @@ impl NodeHeaps {
         unsafe { ring(base as *const ControlBlock, &[Span::bytes(offset, len)]) };
     }
 
+    /// Copies `len` bytes from `src` to `dst` of the heap at `base` and
+    /// wakes that PE's waiters watching them (a load/store put).
+    ///
+    /// # Safety
+    /// `base` must be a mapped heap (it starts with its control block),
+    /// `[dst, dst + len)` inside it, and `src` valid for `len` bytes (it may
+    /// overlap the destination when the heap is this PE's own).
+    #[inline]
+    pub unsafe fn put(base: *mut u8, dst: usize, src: *const u8, len: usize) {
+        // SAFETY: guaranteed by the caller; `copy` allows overlap.
+        unsafe {
+            std::ptr::copy(src, base.add(dst), len);
+            Self::wake(base, dst, len);
+        }
+    }
+
     /// Performs a CPU atomic on the word at `offset` of the heap at `base`
     /// and wakes that PE's waiters if the word changed; returns the old value.
     ///

@@ -718,15 +718,10 @@ impl Runtime {
         self.check_range(dst, src.len())?;
         if let Some(base) = self.direct(pe) {
             // SAFETY: [dst, dst+len) lies in `pe`'s mapped heap (checked);
-            // `copy` allows overlap with this PE's own heap; the heap starts
-            // with its control block.
+            // `src` is a live slice.
             unsafe {
-                std::ptr::copy(src.as_ptr(), base.as_ptr().add(dst), src.len());
-                wait::ring(
-                    base.as_ptr() as *const ControlBlock,
-                    &[wait::Span::bytes(dst, src.len())],
-                );
-            }
+                crate::node_heaps::NodeHeaps::put(base.as_ptr(), dst, src.as_ptr(), src.len())
+            };
             return Ok(());
         }
         let t = self.route(pe)?;

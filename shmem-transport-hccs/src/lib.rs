@@ -82,12 +82,9 @@ impl Transport for Hccs {
     unsafe fn put(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
         let base = self.base(pe)?;
         // SAFETY: dst..dst+len is inside the peer's mapping (checked by the
-        // runtime); src is valid per the caller; `copy` allows overlap when
-        // the target is this PE's own heap.
-        unsafe { std::ptr::copy(src, base.add(dst), len) };
-        // Also for this PE: another thread of it may be waiting on the data.
-        // SAFETY: `base` is a heap mapped by `self.heaps`.
-        unsafe { NodeHeaps::wake(base, dst, len) };
+        // runtime); src is valid per the caller. Waiters are woken for this
+        // PE too: another thread of it may be waiting on the data.
+        unsafe { NodeHeaps::put(base, dst, src, len) };
         Ok(())
     }
 

@@ -326,11 +326,9 @@ impl Transport for Sdma {
     unsafe fn put(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
         let base = self.heaps.require(pe)?;
         if len <= INLINE_MAX {
-            // SAFETY: in-heap destination (checked by the runtime), valid source.
-            unsafe { std::ptr::copy(src, base.add(dst), len) };
-            // Also for this PE: another thread of it may be waiting on the data.
-            // SAFETY: `base` is a heap mapped by `self.heaps`.
-            unsafe { NodeHeaps::wake(base, dst, len) };
+            // SAFETY: in-heap destination of a heap mapped by `self.heaps`
+            // (checked by the runtime), valid source.
+            unsafe { NodeHeaps::put(base, dst, src, len) };
             return Ok(());
         }
         // SAFETY: blocking: the source outlives the wait below.
