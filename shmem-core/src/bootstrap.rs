@@ -63,7 +63,9 @@ impl PeerHealth {
     /// # Errors
     /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] when
     /// `target` is a dead PE, or, for `target == None` (an operation on every
-    /// peer such as `quiet`), when any PE is dead.
+    /// peer such as `quiet`), when any PE is dead. The error names the first
+    /// PE that died, the likely cause of the later deaths, and says so when
+    /// that is not `target`.
     #[cold]
     pub fn check(&self, target: Option<PeId>) -> Result<()> {
         let w = self.word.load(Ordering::Acquire);
@@ -74,16 +76,23 @@ impl PeerHealth {
             return Ok(());
         }
         let dead = self.dead.lock().unwrap_or_else(|p| p.into_inner());
-        let hit = match target {
-            Some(pe) => dead.iter().find(|(p, _)| *p == pe),
-            None => dead.first(),
+        let Some((first, why)) = dead.first() else {
+            return Ok(());
         };
-        match hit {
-            Some((pe, detail)) => Err(Error::PeerExited {
-                pe: *pe,
-                detail: detail.clone(),
+        match target {
+            // A target that died after another PE most likely stopped
+            // because of that death: name the first one, the cause.
+            Some(pe) if pe != *first => match dead.iter().any(|(p, _)| *p == pe) {
+                true => Err(Error::PeerExited {
+                    pe: *first,
+                    detail: format!("{why} (PE {pe}, the one this call needed, exited after it)"),
+                }),
+                false => Ok(()),
+            },
+            _ => Err(Error::PeerExited {
+                pe: *first,
+                detail: why.clone(),
             }),
-            None => Ok(()),
         }
     }
 }
@@ -363,6 +372,14 @@ mod tests {
         assert_eq!(e, "PE 2 exited: killed by signal 9");
         let e = h.check(None).unwrap_err().to_string();
         assert!(e.contains("PE 2 exited"), "{e}");
+        // A later death points at the first one, its likely cause.
+        h.mark_dead(0, "connection closed");
+        assert!(h.check(Some(1)).is_ok());
+        let e = h.check(Some(0)).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "PE 2 exited: killed by signal 9 (PE 0, the one this call needed, exited after it)"
+        );
         h.mark_finalized();
         assert!(matches!(h.check(Some(1)), Err(Error::NotInitialized)));
     }
