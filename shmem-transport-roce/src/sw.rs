@@ -208,7 +208,15 @@ struct Watchdog<'a> {
 }
 
 impl Watchdog<'_> {
-    fn read_exact(&mut self, buf: &mut [u8], qp_pe: PeId) -> std::result::Result<(), String> {
+    /// Fills `buf`. `owed`: the bytes are the rest of a message whose
+    /// header has arrived (its request is no longer pending), so silence is
+    /// never idleness.
+    fn read_exact(
+        &mut self,
+        buf: &mut [u8],
+        qp_pe: PeId,
+        owed: bool,
+    ) -> std::result::Result<(), String> {
         let mut got = 0;
         while got < buf.len() {
             match self.s.read(&mut buf[got..]) {
@@ -224,11 +232,12 @@ impl Watchdog<'_> {
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                     ) =>
                 {
-                    let idle = self
-                        .pending
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .is_empty();
+                    let idle = !owed
+                        && self
+                            .pending
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .is_empty();
                     if idle && got == 0 {
                         self.heard = Instant::now();
                     } else if self.heard.elapsed() >= self.link {
@@ -267,7 +276,7 @@ fn completion_loop(
     };
     let why = loop {
         let mut h = [0u8; RESPONSE_LEN];
-        if let Err(e) = wd.read_exact(&mut h, qp_pe) {
+        if let Err(e) = wd.read_exact(&mut h, qp_pe, false) {
             break format!("connection to PE {qp_pe} at {addr} lost: {e}");
         }
         let r = match Response::decode(&h) {
@@ -289,7 +298,7 @@ fn completion_loop(
             (Status::Data, Pending::Read { dst, len, done }) if r.len as usize == len => {
                 // SAFETY: the poster keeps `dst` valid for `len` bytes until `done` completes.
                 let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
-                if let Err(e) = wd.read_exact(buf, qp_pe) {
+                if let Err(e) = wd.read_exact(buf, qp_pe, true) {
                     let why = format!("connection to PE {qp_pe} lost during a read: {e}");
                     // Later posts must fail as soon as this read does.
                     *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
@@ -307,7 +316,7 @@ fn completion_loop(
             }
             (Status::Nak, p) => {
                 let mut msg = vec![0u8; (r.len as usize).min(4096)];
-                let _ = wd.read_exact(&mut msg, qp_pe);
+                let _ = wd.read_exact(&mut msg, qp_pe, true);
                 let why = format!(
                     "PE {qp_pe} refused the request: {}",
                     String::from_utf8_lossy(&msg)
@@ -1067,6 +1076,79 @@ mod tests {
         ];
         c.read_exact(&mut body).unwrap();
         (r, body)
+    }
+
+    #[test]
+    fn a_peer_that_stops_in_the_middle_of_a_read_reply_fails_the_read_after_the_link_timeout() {
+        // The target sends the reply's header, then goes silent (a SIGSTOPped process whose kernel keeps the socket).
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (stall_tx, stall_rx) = std::sync::mpsc::channel::<()>();
+        let peer = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut h = [0u8; REQUEST_LEN];
+            s.read_exact(&mut h).unwrap();
+            let r = Request::decode(&h).unwrap();
+            let resp = Response {
+                status: Status::Data,
+                seq: r.seq,
+                value: 0,
+                len: r.len,
+            };
+            s.write_all(&resp.encode()).unwrap();
+            // Silent, connection up, until the test is over.
+            let _ = stall_rx.recv();
+        });
+        let mut c = TcpStream::connect(addr).unwrap();
+        let pending = Arc::new(Mutex::new(HashMap::new()));
+        let failed = Arc::new(Mutex::new(None));
+        let counters = Arc::new(Counters::default());
+        let mut dst = vec![0u8; 4096];
+        let done = Completion::pending(1);
+        pending.lock().unwrap().insert(
+            7,
+            Pending::Read {
+                dst: dst.as_mut_ptr() as usize,
+                len: dst.len(),
+                done: done.clone(),
+            },
+        );
+        let req = Request {
+            op: Opcode::Read,
+            rkey: 1,
+            seq: 7,
+            off: 0,
+            len: 4096,
+            a: 0,
+            b: 0,
+            c: 0,
+        };
+        wire::send(&mut c, &req.encode(), &[]).unwrap();
+        let reader = c.try_clone().unwrap();
+        let (p2, f2, c2) = (pending.clone(), failed.clone(), counters.clone());
+        let cq = std::thread::spawn(move || {
+            completion_loop(
+                reader,
+                1,
+                addr,
+                p2,
+                f2,
+                c2,
+                Arc::new(AtomicBool::new(false)),
+                Duration::from_millis(300),
+            )
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(done.wait()));
+        let r = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the read never failed: the watchdog took the owed data for idleness");
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("PE 1 did not answer"), "{e}");
+        assert!(failed.lock().unwrap().is_some());
+        cq.join().unwrap();
+        stall_tx.send(()).unwrap();
+        peer.join().unwrap();
     }
 
     #[test]

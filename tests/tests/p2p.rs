@@ -207,10 +207,10 @@ fn without_hang_abort_the_report_is_printed_once_and_the_job_waits_on() {
 
 #[test]
 fn a_stopped_pe_is_named_by_every_other_pe_within_the_timeouts() {
-    // ROCE at 4 PEs is left out: in about half of the fresh-clone CI
-    // rehearsals PE 0 never reported (it was still blocked when killed), an
-    // open bug in the ROCE engine's silent-peer handling (issue 14 note).
-    for (engine, sizes) in [("HCCS", &[2, 4][..]), ("SDMA", &[2, 4]), ("ROCE", &[2])] {
+    // PE 1 may stop halfway through answering a get over ROCE: the reply's
+    // header has arrived and its data never does (this hung PE 0 in about
+    // half of the CI runs until the watchdog counted owed data as busy).
+    for (engine, sizes) in [("HCCS", &[2, 4][..]), ("SDMA", &[2, 4]), ("ROCE", &[2, 4])] {
         for &n in sizes {
             let mut o = shmem_tests::LaunchOptions::new(n, PE);
             o.args = vec!["stop_in_barrier".into()];
