@@ -76,9 +76,15 @@ impl State {
                     statics::ring(&self.rt, pe);
                     return Ok(());
                 }
-                let addr = self.statics.peer_addr(pe, seg, off);
-                // SAFETY: `addr` is the same static object on `pe` (same program).
-                unsafe { self.rt.put_to_address(pe, addr, data)? };
+                if let Some(p) = self.statics.peer_ptr(pe, seg, off) {
+                    // SAFETY: `p` is the same static object of `pe`, mapped
+                    // here for the whole segment (len checked by locate).
+                    unsafe { std::ptr::copy(data.as_ptr(), p, len) };
+                } else {
+                    let addr = self.statics.peer_addr(pe, seg, off);
+                    // SAFETY: `addr` is the same static object on `pe` (same program).
+                    unsafe { self.rt.put_to_address(pe, addr, data)? };
+                }
                 statics::ring(&self.rt, pe);
                 Ok(())
             }
@@ -124,6 +130,12 @@ impl State {
                 if pe == self.rt.my_pe() {
                     // SAFETY: `src` is our own static data; copy allows overlap.
                     unsafe { std::ptr::copy(src, out.as_mut_ptr(), len) };
+                    return Ok(());
+                }
+                if let Some(p) = self.statics.peer_ptr(pe, seg, off) {
+                    // SAFETY: `p` is the same static object of `pe`, mapped
+                    // here for the whole segment (len checked by locate).
+                    unsafe { std::ptr::copy(p, out.as_mut_ptr(), len) };
                     return Ok(());
                 }
                 self.rt
@@ -198,6 +210,14 @@ impl State {
                     let addr = self.statics.local_addr(seg, off);
                     // SAFETY: our own static data, aligned (checked).
                     let old = unsafe { statics::apply_local(addr, width, op) };
+                    statics::ring(&self.rt, pe);
+                    return Ok(old);
+                }
+                if let Some(p) = self.statics.peer_ptr(pe, seg, off) {
+                    // SAFETY: the same static object of `pe`, mapped here;
+                    // the local address is aligned (checked) and the
+                    // mapping keeps the in-page offset.
+                    let old = unsafe { statics::apply_local(p as usize, width, op) };
                     statics::ring(&self.rt, pe);
                     return Ok(old);
                 }

@@ -27,6 +27,8 @@ pub(crate) fn init_with(join: impl FnOnce() -> Result<shmem::Shmem>) -> Result<(
         return Ok(());
     }
     allow_peer_access();
+    // Before the runtime starts its threads.
+    crate::statics::prepare();
     state::install(join()?)
 }
 
@@ -110,8 +112,13 @@ fn ptr_on(st: &State, dest: *const c_void, pe: usize) -> *mut c_void {
             Ok(Some(p)) => p.as_ptr().cast(),
             _ => std::ptr::null_mut(),
         },
-        // Another process's static data is not mapped here.
         Ok(Sym::Static(..)) if pe == st.rt.my_pe() => dest as *mut c_void,
+        // A node-local peer's static data is mapped here when it could be
+        // shared at init.
+        Ok(Sym::Static(seg, off)) => st
+            .statics
+            .peer_ptr(pe, seg, off)
+            .map_or(std::ptr::null_mut(), |p| p.cast()),
         _ => std::ptr::null_mut(),
     }
 }

@@ -6,10 +6,19 @@
 //! `dl_iterate_phdr` and the PEs allgather them; a static address then
 //! translates to a peer's by segment offset.
 //!
-//! * Puts and gets on static data go through the SDMA engine's
-//!   `process_vm_writev`/`readv` (same user, same node), after which the
-//!   target's futex doorbell is rung so its waits notice at once.
-//! * Atomics need the owner's CPU: each PE runs an [`AmoService`] thread.
+//! * At `shmem_init`, while the process has one thread, each writable
+//!   segment is moved onto a memfd (copied, then mapped shared at the same
+//!   address; the RELRO part is made read-only again), and the PEs of a
+//!   node map each other's segments (opening `/proc/<pid>/fd/<fd>`, checked
+//!   by device and inode). Puts, gets and atomics on a peer's static data
+//!   are then plain loads, stores and CPU atomics, as on the heap. A program
+//!   that `fork`s after `shmem_init` shares its static data with the child.
+//! * Where that is not possible (other threads were running at init, no
+//!   `/proc`, a peer on another node), puts and gets go through the SDMA
+//!   engine's `process_vm_writev`/`readv` (same user, same node); either
+//!   way the target's waits on static data are woken at once.
+//! * Atomics without a mapping need the owner's CPU: each PE runs an
+//!   [`AmoService`] thread.
 //!   A requester writes its operation into its own slot of the target's
 //!   mailbox (in the symmetric heap) with `put_signal`, and waits on a reply
 //!   word in its own heap; the service applies the operation with real CPU
@@ -17,8 +26,9 @@
 //!   atomic access on that variable.
 
 use std::ffi::{c_int, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use shmem::{Cmp, Error, PeId, Result, Runtime, SignalOp, SymRef, SymSlice};
@@ -35,32 +45,245 @@ pub struct Segment {
 
 /// The main program's writable segments, as `dl_iterate_phdr` reports them.
 pub fn program_segments() -> Vec<Segment> {
+    program_layout().0
+}
+
+/// The main program's writable segments and its RELRO range (made
+/// read-only by the dynamic linker after relocation), if it has one.
+fn program_layout() -> (Vec<Segment>, Option<Segment>) {
     unsafe extern "C" fn first_object(
         info: *mut libc::dl_phdr_info,
         _size: usize,
         data: *mut c_void,
     ) -> c_int {
-        // SAFETY: `data` is the Vec passed below; `info` is valid for the
+        // SAFETY: `data` is the tuple passed below; `info` is valid for the
         // callback's duration, with `dlpi_phnum` program headers.
         unsafe {
-            let out = &mut *(data as *mut Vec<Segment>);
+            let out = &mut *(data as *mut (Vec<Segment>, Option<Segment>));
             let info = &*info;
             for i in 0..info.dlpi_phnum as usize {
                 let ph = &*info.dlpi_phdr.add(i);
+                let seg = Segment {
+                    start: info.dlpi_addr as usize + ph.p_vaddr as usize,
+                    len: ph.p_memsz as usize,
+                };
                 if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_W != 0 && ph.p_memsz > 0 {
-                    out.push(Segment {
-                        start: info.dlpi_addr as usize + ph.p_vaddr as usize,
-                        len: ph.p_memsz as usize,
-                    });
+                    out.0.push(seg);
+                } else if ph.p_type == libc::PT_GNU_RELRO {
+                    out.1 = Some(seg);
                 }
             }
         }
         1 // the first object is the main program; stop there
     }
-    let mut v: Vec<Segment> = Vec::new();
+    let mut v: (Vec<Segment>, Option<Segment>) = (Vec::new(), None);
     // SAFETY: the callback only touches `v` through the pointer we pass.
-    unsafe { libc::dl_iterate_phdr(Some(first_object), (&mut v as *mut Vec<Segment>).cast()) };
+    unsafe {
+        libc::dl_iterate_phdr(
+            Some(first_object),
+            (&mut v as *mut (Vec<Segment>, Option<Segment>)).cast(),
+        )
+    };
     v
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+/// Page-aligned cover of `s`.
+fn pages(s: &Segment, page: usize) -> (usize, usize) {
+    let lo = s.start & !(page - 1);
+    let hi = (s.start + s.len).div_ceil(page) * page;
+    (lo, hi)
+}
+
+/// This process's static segments, each moved onto its own memfd.
+struct SharedSegments {
+    /// Per segment: the memfd and its device and inode (peers check them).
+    fds: Vec<(OwnedFd, u64, u64)>,
+}
+
+/// Moves this process's writable segments onto shared memory, once per
+/// process; `Err` says why they stay private (the C ABI then falls back to
+/// `process_vm_writev`/`readv` and the AMO service).
+fn shared_segments() -> &'static std::result::Result<SharedSegments, String> {
+    static SHARED: OnceLock<std::result::Result<SharedSegments, String>> = OnceLock::new();
+    SHARED.get_or_init(share_program_data)
+}
+
+/// Called by `shmem_init` before the runtime starts its threads.
+pub(crate) fn prepare() {
+    let _ = shared_segments();
+}
+
+fn threads_in_process() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(usize::MAX, |d| d.count())
+}
+
+fn share_program_data() -> std::result::Result<SharedSegments, String> {
+    // Another thread could write a variable between the copy and the remap
+    // below, and that write would be lost: only a single-threaded process
+    // is moved.
+    let threads = threads_in_process();
+    if threads != 1 {
+        return Err(format!(
+            "the process had {} threads at shmem_init",
+            if threads == usize::MAX {
+                "an unknown number of".to_string()
+            } else {
+                threads.to_string()
+            }
+        ));
+    }
+    let (segs, relro) = program_layout();
+    let page = page_size();
+    let mut fds = Vec::with_capacity(segs.len());
+    let mut last_hi = 0;
+    for s in &segs {
+        let (lo, hi) = pages(s, page);
+        if lo < last_hi {
+            return Err("two writable segments share a page".into());
+        }
+        last_hi = hi;
+        // SAFETY: [lo, hi) covers a writable PT_LOAD segment of the main
+        // program, mapped in full, and no other thread runs (checked).
+        fds.push(unsafe { move_onto_memfd(lo, hi - lo)? });
+    }
+    if let Some(r) = relro {
+        // The dynamic linker protects [floor(start), floor(end)).
+        let lo = r.start & !(page - 1);
+        let hi = (r.start + r.len) & !(page - 1);
+        if hi > lo {
+            // SAFETY: re-protects pages of our own RELRO range read-only,
+            // as they were before the remap.
+            unsafe { libc::mprotect(lo as *mut c_void, hi - lo, libc::PROT_READ) };
+        }
+    }
+    Ok(SharedSegments { fds })
+}
+
+/// Replaces the private mapping `[lo, lo + len)` with a shared memfd
+/// mapping of the same contents; returns the memfd, its device and inode.
+///
+/// # Safety
+/// `[lo, lo + len)` must be page-aligned, mapped readable and writable (or
+/// read-only RELRO), and not written by another thread meanwhile.
+unsafe fn move_onto_memfd(
+    lo: usize,
+    len: usize,
+) -> std::result::Result<(OwnedFd, u64, u64), String> {
+    let os = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+    // SAFETY: a constant C string and flags.
+    let raw = unsafe { libc::memfd_create(c"shmem-static-data".as_ptr(), libc::MFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(os("memfd_create"));
+    }
+    // SAFETY: a fresh descriptor that we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: plain calls on our descriptor.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(os("ftruncate"));
+    }
+    // SAFETY: a new shared mapping of our memfd, at an address of the
+    // kernel's choice.
+    let tmp = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if tmp == libc::MAP_FAILED {
+        return Err(os("mmap"));
+    }
+    // Copy page by page, skipping pages of zeros (most of a large .bss):
+    // the memfd stays sparse.
+    let page = page_size();
+    for p in (0..len).step_by(page) {
+        // SAFETY: [lo, lo + len) is mapped readable (caller) and `tmp` is a
+        // fresh mapping of `len` bytes.
+        unsafe {
+            let src = std::slice::from_raw_parts((lo + p) as *const u8, page);
+            if src.iter().any(|&b| b != 0) {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), (tmp as *mut u8).add(p), page);
+            }
+        }
+    }
+    // SAFETY: `tmp` is our mapping of `len` bytes.
+    unsafe { libc::munmap(tmp, len) };
+    // SAFETY: replaces the caller's range with the same bytes, now shared.
+    let at = unsafe {
+        libc::mmap(
+            lo as *mut c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if at == libc::MAP_FAILED {
+        return Err(os("mmap over the static data"));
+    }
+    let (dev, ino) = identity(&fd).map_err(|e| format!("fstat: {e}"))?;
+    Ok((fd, dev, ino))
+}
+
+fn identity(fd: &OwnedFd) -> std::io::Result<(u64, u64)> {
+    // SAFETY: an all-zero stat is a valid out-buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and out-buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// A peer's static segment mapped into this process.
+#[derive(Debug)]
+struct PeerMap {
+    /// Address here of the peer's segment start.
+    start: usize,
+}
+
+/// Maps segment `fd` of process `pid` (device and inode as it reported
+/// them) into this process: `map_len` bytes from its first page.
+fn map_peer(pid: u64, fd: u64, dev: u64, ino: u64, map_len: usize) -> std::io::Result<usize> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/fd/{fd}"))?;
+    let fd = OwnedFd::from(file);
+    if identity(&fd)? != (dev, ino) {
+        return Err(std::io::Error::other(
+            "not the peer's static data (another process has that pid)",
+        ));
+    }
+    // SAFETY: a new shared mapping of a memfd that we hold open.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p as usize)
 }
 
 /// This PE's static segments and every PE's load addresses of them.
@@ -69,33 +292,95 @@ pub(crate) struct StaticData {
     mine: Vec<Segment>,
     /// `starts[pe][seg]`.
     starts: Vec<Vec<usize>>,
+    /// `maps[pe][seg]`: the peer's segment mapped here (node-local peers
+    /// whose segments are shared; this PE's own are not listed).
+    maps: Vec<Vec<Option<PeerMap>>>,
     /// Why static data cannot be used, if it cannot.
     unusable: Option<String>,
 }
+
+/// Bytes per segment in the exchange: start, len, fd, device, inode.
+const SEG_WIRE: usize = 40;
 
 impl StaticData {
     /// Allgathers the segment tables (collective).
     pub(crate) fn exchange(rt: &Runtime) -> Result<StaticData> {
         let mine = program_segments();
-        let mut msg = Vec::with_capacity(mine.len() * 16);
-        for s in &mine {
-            msg.extend_from_slice(&(s.start as u64).to_le_bytes());
-            msg.extend_from_slice(&(s.len as u64).to_le_bytes());
+        let shared = match shared_segments() {
+            Ok(s) if s.fds.len() == mine.len() => Some(s),
+            Ok(_) => None,
+            Err(why) => {
+                shmem_core::shmem_log!(
+                    Info,
+                    "static data stays private ({why}): puts, gets and atomics on it use \
+                     process_vm_writev/readv and the AMO service"
+                );
+                None
+            }
+        };
+        // pid, then per segment: start, len, and the memfd (fd, device,
+        // inode; all ones when not shared).
+        let mut msg = Vec::with_capacity(8 + mine.len() * SEG_WIRE);
+        msg.extend_from_slice(&u64::from(std::process::id()).to_le_bytes());
+        for (i, s) in mine.iter().enumerate() {
+            let (fd, dev, ino) = shared.map_or((u64::MAX, u64::MAX, u64::MAX), |sh| {
+                let (fd, dev, ino) = &sh.fds[i];
+                (fd.as_raw_fd() as u64, *dev, *ino)
+            });
+            for w in [s.start as u64, s.len as u64, fd, dev, ino] {
+                msg.extend_from_slice(&w.to_le_bytes());
+            }
         }
         let all = rt.bootstrap().allgather(&msg)?;
+        let word = |c: &[u8], i: usize| {
+            u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().unwrap_or_default())
+        };
+        let page = page_size();
         let mut starts = Vec::with_capacity(all.len());
+        let mut maps = Vec::with_capacity(all.len());
         let mut unusable = None;
         for (pe, m) in all.iter().enumerate() {
-            let segs: Vec<(usize, usize)> = m
-                .chunks_exact(16)
-                .map(|c| {
-                    let a = u64::from_le_bytes(c[..8].try_into().unwrap_or_default());
-                    let b = u64::from_le_bytes(c[8..].try_into().unwrap_or_default());
-                    (a as usize, b as usize)
-                })
+            let pid = if m.len() >= 8 { word(m, 0) } else { 0 };
+            let body = m.get(8..).unwrap_or_default();
+            let segs: Vec<[u64; 5]> = body
+                .chunks_exact(SEG_WIRE)
+                .map(|c| [0, 1, 2, 3, 4].map(|i| word(c, i)))
                 .collect();
-            let same_shape =
-                segs.len() == mine.len() && segs.iter().zip(&mine).all(|(s, m)| s.1 == m.len);
+            let same_shape = segs.len() == mine.len()
+                && segs.iter().zip(&mine).all(|(s, m)| s[1] as usize == m.len);
+            let mut row = Vec::with_capacity(segs.len());
+            for s in &segs {
+                let local = pe != rt.my_pe() && rt.topology().same_node(pe);
+                let map = match (same_shape && local, s[2]) {
+                    (true, fd) if fd != u64::MAX => {
+                        let seg = Segment {
+                            start: s[0] as usize,
+                            len: s[1] as usize,
+                        };
+                        let (lo, hi) = pages(&seg, page);
+                        match map_peer(pid, fd, s[3], s[4], hi - lo) {
+                            Ok(at) => Some(PeerMap {
+                                start: at + (seg.start - lo),
+                            }),
+                            Err(e) => {
+                                shmem_core::shmem_log!(
+                                    Info,
+                                    "PE {pe}'s static data is not mapped here ({e}): \
+                                     process_vm_writev/readv instead"
+                                );
+                                None
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+                row.push(map);
+            }
+            maps.push(row);
+            let segs: Vec<(usize, usize)> = segs
+                .iter()
+                .map(|s| (s[0] as usize, s[1] as usize))
+                .collect();
             if !same_shape && unusable.is_none() {
                 unusable = Some(format!(
                     "PE {pe}'s program has different static data ({} segments) from PE {}'s ({}); \
@@ -110,8 +395,17 @@ impl StaticData {
         Ok(StaticData {
             mine,
             starts,
+            maps,
             unusable,
         })
+    }
+
+    /// Where offset `off` of segment `seg` of `pe` is mapped in this
+    /// process, if `pe`'s static data is mapped here.
+    #[inline]
+    pub(crate) fn peer_ptr(&self, pe: PeId, seg: usize, off: usize) -> Option<*mut u8> {
+        let m = self.maps.get(pe)?.get(seg)?.as_ref()?;
+        Some((m.start + off) as *mut u8)
     }
 
     /// Segment index and offset of `[addr, addr + len)`, if it lies inside

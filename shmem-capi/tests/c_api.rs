@@ -32,6 +32,7 @@ const PROGRAMS: &[&str] = &[
     "active_sets",
     "test_any_fair",
     "info_name",
+    "static_mapped",
 ];
 
 fn crate_dir() -> PathBuf {
@@ -220,6 +221,21 @@ fn generic_bitwise_atomics_and_reductions_from_cxx() {
 #[test]
 fn ctx_invalid_quiet_fence_destroy_are_no_ops() {
     passes("ctx_invalid");
+}
+
+#[test]
+fn static_data_is_mapped_between_local_pes_or_reached_through_the_kernel() {
+    passes("static_mapped");
+    // A thread alive during shmem_init keeps the data private: same
+    // results through process_vm_writev/readv and the AMO service.
+    for n in [2, 4] {
+        let r = run("static_mapped", n, &["threaded"]);
+        assert!(
+            r.success(),
+            "threaded, {n} PEs: {}",
+            r.summary().unwrap_or_default()
+        );
+    }
 }
 
 #[test]

@@ -1792,9 +1792,11 @@ impl Runtime {
         Ok(t.peer_ptr(pe, offset))
     }
 
-    /// Wakes `pe`'s blocked waiters after its memory changed outside the
-    /// engines (e.g. through `put_to_address`); a no-op for a PE whose heap
-    /// is not mapped here (its engine wakes it).
+    /// Wakes `pe`'s blocked waiters that watch memory outside the heap
+    /// (they publish "everything") after such memory changed (e.g. through
+    /// `put_to_address`); waiters on heap words stay asleep, since no heap
+    /// word changed. A no-op for a PE whose heap is not mapped here (its
+    /// engine wakes it).
     pub fn wake_pe(&self, pe: PeId) -> Result<()> {
         let t = self.route(pe)?;
         let p = if pe == self.my_pe {
@@ -1803,8 +1805,9 @@ impl Runtime {
             t.peer_ptr(pe, 0)
         };
         if let Some(p) = p {
-            // SAFETY: offset 0 of a mapped heap is its control block.
-            unsafe { wait::ring(p.as_ptr() as *const ControlBlock, &[wait::Span::ALL]) };
+            // SAFETY: offset 0 of a mapped heap is its control block; no
+            // span: only the waiters that watch everything are rung.
+            unsafe { wait::ring(p.as_ptr() as *const ControlBlock, &[]) };
         }
         Ok(())
     }

@@ -184,7 +184,9 @@ const ZONE_SHIFT: u32 = 9;
 const SLOT_COUNT: u64 = 0xFFFF;
 
 /// Wakes the waiters of the PE whose control block is `cb` that watch any
-/// of `spans` (after this thread wrote them in that PE's memory).
+/// of `spans` (after this thread wrote them in that PE's memory). Waiters
+/// that watch everything are woken by every call, even one without spans
+/// (a write outside the heap).
 ///
 /// # Safety
 /// `cb` must point to the live control block of a mapped heap.
@@ -459,6 +461,16 @@ mod tests {
         at: usize,
         want: u64,
     ) -> std::thread::JoinHandle<Result<(), ()>> {
+        sleeper_on(cb, flag, Span::bytes(at, 8), want)
+    }
+
+    /// [`sleeper`] publishing `watch`.
+    fn sleeper_on(
+        cb: &Arc<ControlBlock>,
+        flag: &Arc<AtomicU64>,
+        watch: Span,
+        want: u64,
+    ) -> std::thread::JoinHandle<Result<(), ()>> {
         let before = cb.waiters.load(Ordering::SeqCst);
         let (cb2, flag2) = (cb.clone(), flag.clone());
         let t = std::thread::spawn(move || {
@@ -472,7 +484,7 @@ mod tests {
                 wait_until(
                     &*cb2,
                     p,
-                    Span::bytes(at, 8),
+                    watch,
                     || flag2.load(Ordering::SeqCst) == want,
                     || Ok::<(), ()>(()),
                     |_| (),
@@ -537,6 +549,25 @@ mod tests {
         assert!(!Span::bytes(64, 0).hits(Span::bytes(0, 128).pack().unwrap()));
         assert!(Span::bytes(7, 2).hits(Span::bytes(8, 1).pack().unwrap()));
         assert!(!Span::bytes(16, 8).hits(Span::bytes(8, 8).pack().unwrap()));
+    }
+
+    #[test]
+    fn a_ring_without_spans_wakes_only_the_waiters_that_watch_everything() {
+        // A write outside the heap (C static data) changes no heap word.
+        let cb = Arc::new(ControlBlock::new());
+        let (on_heap, outside) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let heap_waiter = sleeper(&cb, &on_heap, 4096, 1);
+        let all_waiter = sleeper_on(&cb, &outside, Span::ALL, 1);
+        outside.store(1, Ordering::SeqCst);
+        // SAFETY: live control block.
+        unsafe { ring(&*cb, &[]) };
+        assert!(all_waiter.join().unwrap().is_ok());
+        assert_eq!(cb.wakeups.load(Ordering::SeqCst), 1);
+        on_heap.store(1, Ordering::SeqCst);
+        // SAFETY: as above.
+        unsafe { ring(&*cb, &[Span::bytes(4096, 8)]) };
+        assert!(heap_waiter.join().unwrap().is_ok());
+        assert_eq!(cb.wakeups.load(Ordering::SeqCst), 2);
     }
 
     #[test]
