@@ -26,6 +26,8 @@ impl State {
     }
 }
 
+// Inlined into each exported function, so that the op is a constant there.
+#[inline(always)]
 fn amo_t<T: AtomicElement>(
     name: &'static str,
     ctx: CtxHandle,
@@ -38,7 +40,14 @@ fn amo_t<T: AtomicElement>(
     // store forwarding (a third of an 8-byte atomic's time).
     let (kind, a, b) = split(op);
     ffi(name, |st| {
-        st.amo(ctx, target.cast(), T::WIDTH, join(kind, a, b), pe)
+        let op = join(kind, a, b);
+        // The common case: a heap word in world numbering (the runtime
+        // checks range and alignment).
+        if let Some(off) = st.fast_heap_offset(ctx, target.cast()) {
+            let pe = st.target_pe(ctx, pe)?;
+            return st.rt.atomic_raw(pe, off, T::WIDTH, op).map(T::from_bits);
+        }
+        st.amo(ctx, target.cast(), T::WIDTH, op, pe)
             .map(T::from_bits)
     })
 }
@@ -79,9 +88,11 @@ fn store<T>(name: &'static str, fetch: *mut T, value: T) {
     unsafe { fetch.write(value) }
 }
 
+#[inline(always)]
 unsafe fn fetch_t<T: AtomicElement>(ctx: CtxHandle, src: *const T, pe: c_int) -> T {
     amo_t("shmem_atomic_fetch", ctx, src, AmoOp::Fetch, pe)
 }
+#[inline(always)]
 unsafe fn set_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
     amo_t::<T>(
         "shmem_atomic_set",
@@ -91,6 +102,7 @@ unsafe fn set_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_
         pe,
     );
 }
+#[inline(always)]
 unsafe fn swap_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) -> T {
     amo_t(
         "shmem_atomic_swap",
@@ -100,6 +112,7 @@ unsafe fn swap_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c
         pe,
     )
 }
+#[inline(always)]
 unsafe fn cswap_t<T: AtomicElement>(
     ctx: CtxHandle,
     dest: *mut T,
@@ -113,6 +126,7 @@ unsafe fn cswap_t<T: AtomicElement>(
     };
     amo_t("shmem_atomic_compare_swap", ctx, dest, op, pe)
 }
+#[inline(always)]
 unsafe fn fetch_add_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) -> T {
     amo_t(
         "shmem_atomic_fetch_add",
@@ -122,6 +136,7 @@ unsafe fn fetch_add_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, 
         pe,
     )
 }
+#[inline(always)]
 unsafe fn add_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
     amo_t::<T>(
         "shmem_atomic_add",
@@ -131,12 +146,15 @@ unsafe fn add_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_
         pe,
     );
 }
+#[inline(always)]
 unsafe fn fetch_inc_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, pe: c_int) -> T {
     amo_t("shmem_atomic_fetch_inc", ctx, dest, AmoOp::Add(1), pe)
 }
+#[inline(always)]
 unsafe fn inc_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, pe: c_int) {
     amo_t::<T>("shmem_atomic_inc", ctx, dest, AmoOp::Add(1), pe);
 }
+#[inline(always)]
 unsafe fn fetch_and_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) -> T {
     amo_t(
         "shmem_atomic_fetch_and",
@@ -146,6 +164,7 @@ unsafe fn fetch_and_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, 
         pe,
     )
 }
+#[inline(always)]
 unsafe fn and_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
     amo_t::<T>(
         "shmem_atomic_and",
@@ -155,6 +174,7 @@ unsafe fn and_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_
         pe,
     );
 }
+#[inline(always)]
 unsafe fn fetch_or_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) -> T {
     amo_t(
         "shmem_atomic_fetch_or",
@@ -164,9 +184,11 @@ unsafe fn fetch_or_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, p
         pe,
     )
 }
+#[inline(always)]
 unsafe fn or_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
     amo_t::<T>("shmem_atomic_or", ctx, dest, AmoOp::Or(value.to_bits()), pe);
 }
+#[inline(always)]
 unsafe fn fetch_xor_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) -> T {
     amo_t(
         "shmem_atomic_fetch_xor",
@@ -176,6 +198,7 @@ unsafe fn fetch_xor_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, 
         pe,
     )
 }
+#[inline(always)]
 unsafe fn xor_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
     amo_t::<T>(
         "shmem_atomic_xor",
@@ -187,12 +210,14 @@ unsafe fn xor_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_
 }
 
 // Non-blocking forms complete at once; the result lands in `fetch`.
+#[inline(always)]
 unsafe fn fetch_nbi_t<T: AtomicElement>(ctx: CtxHandle, fetch: *mut T, src: *const T, pe: c_int) {
     // SAFETY: forwarded C pointers.
     store("shmem_atomic_fetch_nbi", fetch, unsafe {
         fetch_t(ctx, src, pe)
     })
 }
+#[inline(always)]
 unsafe fn swap_nbi_t<T: AtomicElement>(
     ctx: CtxHandle,
     fetch: *mut T,
@@ -205,6 +230,7 @@ unsafe fn swap_nbi_t<T: AtomicElement>(
         swap_t(ctx, dest, value, pe)
     })
 }
+#[inline(always)]
 unsafe fn cswap_nbi_t<T: AtomicElement>(
     ctx: CtxHandle,
     fetch: *mut T,
@@ -218,6 +244,7 @@ unsafe fn cswap_nbi_t<T: AtomicElement>(
         cswap_t(ctx, dest, cond, value, pe)
     })
 }
+#[inline(always)]
 unsafe fn fetch_inc_nbi_t<T: AtomicElement>(
     ctx: CtxHandle,
     fetch: *mut T,
@@ -229,6 +256,7 @@ unsafe fn fetch_inc_nbi_t<T: AtomicElement>(
         fetch_inc_t(ctx, dest, pe)
     })
 }
+#[inline(always)]
 unsafe fn fetch_add_nbi_t<T: AtomicElement>(
     ctx: CtxHandle,
     fetch: *mut T,
@@ -241,6 +269,7 @@ unsafe fn fetch_add_nbi_t<T: AtomicElement>(
         fetch_add_t(ctx, dest, value, pe)
     })
 }
+#[inline(always)]
 unsafe fn fetch_and_nbi_t<T: AtomicElement>(
     ctx: CtxHandle,
     fetch: *mut T,
@@ -253,6 +282,7 @@ unsafe fn fetch_and_nbi_t<T: AtomicElement>(
         fetch_and_t(ctx, dest, value, pe)
     })
 }
+#[inline(always)]
 unsafe fn fetch_or_nbi_t<T: AtomicElement>(
     ctx: CtxHandle,
     fetch: *mut T,
@@ -265,6 +295,7 @@ unsafe fn fetch_or_nbi_t<T: AtomicElement>(
         fetch_or_t(ctx, dest, value, pe)
     })
 }
+#[inline(always)]
 unsafe fn fetch_xor_nbi_t<T: AtomicElement>(
     ctx: CtxHandle,
     fetch: *mut T,

@@ -73,11 +73,13 @@ pub(crate) const CTX_DEFAULT: CtxHandle = 1 as CtxHandle;
 
 /// Runs the body of a C entry point: looks up the initialised PE, and turns
 /// an error or a panic into a message and `shmem_global_exit(1)`.
-#[inline]
+// Always inlined: each exported function gets its own copy (the closure
+// differs anyway), without a call between the C entry and the body.
+#[inline(always)]
 pub(crate) fn ffi<R>(name: &'static str, body: impl FnOnce(&State) -> shmem::Result<R>) -> R {
     match catch_unwind(AssertUnwindSafe(|| match state::current() {
         Ok(st) => body(st).map_err(|e| e.to_string()),
-        Err(why) => Err(why),
+        Err(()) => Err(state::not_initialized_text()),
     })) {
         Ok(Ok(v)) => v,
         Ok(Err(msg)) => state::fatal(name, &msg),

@@ -425,8 +425,19 @@ unsafe fn put_signal_nbi_t<T>(
         )
     })
 }
+#[inline(always)]
 unsafe fn p_t<T: Copy>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
     ffi("shmem_p", |st| {
+        // The common case, with the element's size known to the compiler:
+        // a heap word, world numbering, no debug checks.
+        if let Some(off) = st.fast_heap_offset(ctx, dest.cast()) {
+            let pe = st.target_pe(ctx, pe)?;
+            // SAFETY: `value` is a live `T` for this call.
+            let bytes = unsafe {
+                std::slice::from_raw_parts((&value as *const T).cast::<u8>(), size_of::<T>())
+            };
+            return st.rt.put_bytes(pe, off, bytes);
+        }
         st.put(
             ctx,
             dest.cast(),
@@ -437,9 +448,18 @@ unsafe fn p_t<T: Copy>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
         )
     })
 }
+#[inline(always)]
 unsafe fn g_t<T: Copy + Default>(ctx: CtxHandle, src: *const T, pe: c_int) -> T {
     let mut v = T::default();
     ffi("shmem_g", |st| {
+        if let Some(off) = st.fast_heap_offset(ctx, src.cast()) {
+            let pe = st.target_pe(ctx, pe)?;
+            // SAFETY: `v` is a live, exclusively borrowed `T`.
+            let bytes = unsafe {
+                std::slice::from_raw_parts_mut((&mut v as *mut T).cast::<u8>(), size_of::<T>())
+            };
+            return st.rt.get_bytes(pe, off, bytes);
+        }
         st.get(
             ctx,
             (&mut v as *mut T).cast(),

@@ -51,19 +51,24 @@ pub(crate) enum Sym {
 
 /// The initialised PE (one atomic load on the hot path).
 #[inline]
-pub(crate) fn current() -> std::result::Result<&'static State, String> {
+pub(crate) fn current() -> std::result::Result<&'static State, ()> {
     let p = ACTIVE.load(Ordering::Acquire);
     if p.is_null() {
-        return Err(if FINALIZED.load(Ordering::Acquire) {
-            "called after shmem_finalize".into()
-        } else {
-            "called before shmem_init".into()
-        });
+        return Err(());
     }
     // SAFETY: `p` came from `Arc::as_ptr` of a State that is never dropped:
     // `STATE` holds it while installed and `RETIRED` for the rest of the
     // process after finalize.
     Ok(unsafe { &*p })
+}
+
+/// Why [`current`] found no PE.
+pub(crate) fn not_initialized_text() -> String {
+    if FINALIZED.load(Ordering::Acquire) {
+        "called after shmem_finalize".into()
+    } else {
+        "called before shmem_init".into()
+    }
 }
 
 pub(crate) fn is_initialized() -> bool {
@@ -246,6 +251,17 @@ impl State {
             // SAFETY: validated by `team()` before the caller destroyed it.
             unsafe { (*(team as *mut TeamInner)).magic = DEAD };
         }
+    }
+
+    /// Heap offset of `addr` when a call on it may skip [`State::locate`]:
+    /// the default context (world numbering), no `SHMEM_DEBUG` checks, and
+    /// `addr` in the heap (the caller's engine call checks the range).
+    #[inline]
+    pub(crate) fn fast_heap_offset(&self, ctx: CtxHandle, addr: *const u8) -> Option<usize> {
+        if ctx != CTX_DEFAULT || self.debug {
+            return None;
+        }
+        self.rt.offset_of(addr)
     }
 
     /// World PE of `pe` as numbered by `ctx` (its team's numbering).

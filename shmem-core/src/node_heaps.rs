@@ -104,6 +104,7 @@ impl NodeHeaps {
     ///
     /// # Safety
     /// `base` must be a mapped heap and `offset` in range and aligned to `width`.
+    #[inline]
     pub unsafe fn atomic(base: *mut u8, offset: usize, width: AmoWidth, op: AmoOp) -> u64 {
         // SAFETY: guaranteed by the caller.
         let p = unsafe { base.add(offset) };
@@ -403,6 +404,7 @@ fn recv_fd(s: &UnixStream, deadline: Instant) -> io::Result<(OwnedFd, u64)> {
     }
 }
 
+#[inline]
 fn amo32(p: &AtomicU32, op: AmoOp) -> u32 {
     let sc = Ordering::SeqCst;
     match op {
@@ -424,6 +426,7 @@ fn amo32(p: &AtomicU32, op: AmoOp) -> u32 {
     }
 }
 
+#[inline]
 fn amo64(p: &AtomicU64, op: AmoOp) -> u64 {
     let sc = Ordering::SeqCst;
     match op {

@@ -479,6 +479,7 @@ impl Runtime {
     }
 
     /// Heap offset of a local address, if it lies in this PE's heap.
+    #[inline]
     pub fn offset_of(&self, addr: *const u8) -> Option<usize> {
         let a = addr as usize;
         let b = self.base.as_ptr() as usize;
@@ -712,7 +713,7 @@ impl Runtime {
     }
 
     /// Copies `src` into `pe`'s heap at `dst`.
-    #[inline]
+    #[inline(always)]
     pub fn put_bytes(&self, pe: PeId, dst: usize, src: &[u8]) -> Result<()> {
         self.live_for(pe)?;
         self.check_range(dst, src.len())?;
@@ -730,7 +731,7 @@ impl Runtime {
     }
 
     /// Copies `pe`'s heap at `src` into `dst`.
-    #[inline]
+    #[inline(always)]
     pub fn get_bytes(&self, pe: PeId, src: usize, dst: &mut [u8]) -> Result<()> {
         self.live_for(pe)?;
         self.check_range(src, dst.len())?;
@@ -1060,7 +1061,7 @@ impl Runtime {
     // ----- atomics --------------------------------------------------------
 
     /// Performs a raw atomic on `pe`'s heap at `offset` (bounds and alignment checked).
-    #[inline]
+    #[inline(always)]
     pub fn atomic_raw(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
         self.live_for(pe)?;
         self.check_atomic(offset, width.bytes())?;
