@@ -46,6 +46,7 @@ pub mod sym;
 pub mod topology;
 pub mod transport;
 pub mod wait;
+pub mod wire;
 
 pub use inventory;
 
