@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 
 use shmem::{Cmp, Error, PeId, Result, Runtime, SignalOp, SymRef, SymSlice};
 use shmem_core::transport::{AmoOp, AmoWidth};
+use shmem_core::wire;
 
 /// A writable segment of the main program: `[start, start + len)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,22 +78,18 @@ impl StaticData {
     /// Allgathers the segment tables (collective).
     pub(crate) fn exchange(rt: &Runtime) -> Result<StaticData> {
         let mine = program_segments();
-        let mut msg = Vec::with_capacity(mine.len() * 16);
-        for s in &mine {
-            msg.extend_from_slice(&(s.start as u64).to_le_bytes());
-            msg.extend_from_slice(&(s.len as u64).to_le_bytes());
-        }
-        let all = rt.bootstrap().allgather(&msg)?;
+        let msg: Vec<(u64, u64)> = mine
+            .iter()
+            .map(|s| (s.start as u64, s.len as u64))
+            .collect();
+        let all = rt.bootstrap().allgather(&wire::encode(&msg))?;
         let mut starts = Vec::with_capacity(all.len());
         let mut unusable = None;
         for (pe, m) in all.iter().enumerate() {
-            let segs: Vec<(usize, usize)> = m
-                .chunks_exact(16)
-                .map(|c| {
-                    let a = u64::from_le_bytes(c[..8].try_into().unwrap_or_default());
-                    let b = u64::from_le_bytes(c[8..].try_into().unwrap_or_default());
-                    (a as usize, b as usize)
-                })
+            let segs: Vec<(u64, u64)> = wire::decode("static data segments", m)?;
+            let segs: Vec<(usize, usize)> = segs
+                .into_iter()
+                .map(|(a, b)| (a as usize, b as usize))
                 .collect();
             let same_shape =
                 segs.len() == mine.len() && segs.iter().zip(&mine).all(|(s, m)| s.1 == m.len);
