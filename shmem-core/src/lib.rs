@@ -51,7 +51,7 @@ pub mod wire;
 pub use inventory;
 
 pub use bootstrap::{Activity, ActivityGuard, ActivityState, Bootstrap, HangPolicy, PeerHealth};
-pub use completion::{Completion, Handle};
+pub use completion::{Completion, Failed, Handle};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use heap::{Heap, HeapExport, MemfdHeap};

@@ -794,12 +794,15 @@ impl Runtime {
     /// copy finishes.
     fn fail_if_dies(&self, c: &Completion, pe: PeId) {
         let health = self.health.clone();
-        c.then(move || {
+        let check = move || {
             if health.word() != 0 {
                 health.check(Some(pe))?;
             }
             Ok(())
-        });
+        };
+        c.then(check.clone());
+        // Waits give up on a dead peer, and at SHMEM_WAIT_TIMEOUT.
+        c.watch(pe, check, self.policy.timeout);
     }
 
     /// Starts a get on the bulk engine and returns its completion.
