@@ -49,6 +49,7 @@ pub mod wait;
 pub mod wire;
 
 pub use inventory;
+pub use tracing;
 
 pub use bootstrap::{Activity, ActivityGuard, ActivityState, Bootstrap, HangPolicy, PeerHealth};
 pub use completion::{Completion, Failed, Handle};
