@@ -3,10 +3,12 @@
 //!
 //! Every log line of the library goes through [`shmem_log!`](crate::shmem_log),
 //! which emits a `tracing` event at the call site (so `RUST_LOG` directives
-//! such as `shmem_bootstrap=debug` select by module). The first event
-//! installs a default subscriber unless the program has set its own: it
-//! writes each event as one line on stderr, tagged with the PE so that the
-//! interleaved output of a job can be told apart:
+//! such as `shmem_bootstrap=debug` select by module). A program with a
+//! subscriber of its own receives the events; without one, the library's
+//! own subscriber (never installed as the global default, so the program
+//! may still install one later) writes each event as one line on stderr,
+//! tagged with the PE so that the interleaved output of a job can be told
+//! apart:
 //!
 //! ```text
 //! [shmem WARN PE 3] config store: rejected 10.0.0.7:51234: wrong job secret
@@ -19,9 +21,9 @@
 //! table) is output, not logging, and goes through [`write_line`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Once;
+use std::sync::OnceLock;
 
-use tracing::{Event, Subscriber};
+use tracing::{Dispatch, Event, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
@@ -44,7 +46,7 @@ pub enum Level {
 }
 
 static PE: AtomicUsize = AtomicUsize::new(usize::MAX);
-static INIT: Once = Once::new();
+static DISPATCH: OnceLock<Dispatch> = OnceLock::new();
 
 fn parse_level(text: &str) -> Option<Level> {
     // RUST_LOG may be "crate=debug,info": take the last bare level.
@@ -145,34 +147,37 @@ where
         .finish()
 }
 
-/// Installs the default subscriber on stderr, once, unless the program
-/// has its own. Called by [`shmem_log!`](crate::shmem_log) before each event.
+/// Runs `f` (which emits an event) with the program's subscriber, or,
+/// where the program has none, with the library's stderr subscriber
+/// (built on first use from `SHMEM_LOG_LEVEL` / `RUST_LOG`).
+/// [`shmem_log!`](crate::shmem_log) wraps every event in it.
 #[inline]
-pub fn init() {
-    INIT.call_once(|| {
+pub fn dispatch<R>(f: impl FnOnce() -> R) -> R {
+    let none = tracing::dispatcher::get_default(|d| d.is::<tracing::subscriber::NoSubscriber>());
+    if !none {
+        return f();
+    }
+    let d = DISPATCH.get_or_init(|| {
         let shmem = std::env::var("SHMEM_LOG_LEVEL").ok();
         let rust = std::env::var("RUST_LOG").ok();
-        let s = subscriber(
+        Dispatch::new(subscriber(
             filter_from(shmem.as_deref(), rust.as_deref()),
             std::io::stderr,
-        );
-        // Fails only when the program installed a subscriber: ours then
-        // goes, and the library's events reach the program's.
-        let _ = tracing::subscriber::set_global_default(s);
+        ))
     });
+    tracing::dispatcher::with_default(d, f)
 }
 
 /// Logs one line at `lvl` (what [`shmem_log!`](crate::shmem_log) does, for
 /// callers that hold a level value rather than a name).
 pub fn emit(lvl: Level, args: std::fmt::Arguments<'_>) {
-    init();
-    match lvl {
+    dispatch(|| match lvl {
         Level::Error => tracing::error!("{args}"),
         Level::Warn => tracing::warn!("{args}"),
         Level::Info => tracing::info!("{args}"),
         Level::Debug => tracing::debug!("{args}"),
         Level::Trace => tracing::trace!("{args}"),
-    }
+    })
 }
 
 /// Writes `line` and a newline to stderr in one `write` call, so that the
@@ -191,11 +196,11 @@ pub fn write_line(line: &str) {
 /// the call site (its module is the event's target).
 #[macro_export]
 macro_rules! shmem_log {
-    (Error, $($arg:tt)*) => {{ $crate::log::init(); $crate::tracing::error!($($arg)*) }};
-    (Warn, $($arg:tt)*) => {{ $crate::log::init(); $crate::tracing::warn!($($arg)*) }};
-    (Info, $($arg:tt)*) => {{ $crate::log::init(); $crate::tracing::info!($($arg)*) }};
-    (Debug, $($arg:tt)*) => {{ $crate::log::init(); $crate::tracing::debug!($($arg)*) }};
-    (Trace, $($arg:tt)*) => {{ $crate::log::init(); $crate::tracing::trace!($($arg)*) }};
+    (Error, $($arg:tt)*) => { $crate::log::dispatch(|| $crate::tracing::error!($($arg)*)) };
+    (Warn, $($arg:tt)*) => { $crate::log::dispatch(|| $crate::tracing::warn!($($arg)*)) };
+    (Info, $($arg:tt)*) => { $crate::log::dispatch(|| $crate::tracing::info!($($arg)*)) };
+    (Debug, $($arg:tt)*) => { $crate::log::dispatch(|| $crate::tracing::debug!($($arg)*)) };
+    (Trace, $($arg:tt)*) => { $crate::log::dispatch(|| $crate::tracing::trace!($($arg)*)) };
 }
 
 #[cfg(test)]
@@ -264,5 +269,19 @@ mod tests {
         assert!(lines[0].ends_with("] routes 7 and more"), "{text}");
         assert!(lines[1].starts_with("[shmem INFO "), "{text}");
         assert!(lines[1].ends_with("] via emit"), "{text}");
+    }
+
+    #[test]
+    fn without_a_subscriber_of_the_programs_the_librarys_own_is_used() {
+        // No global default is ever installed by the library, so the
+        // program can still install its own after the library has logged.
+        crate::shmem_log!(Trace, "not shown at the default level");
+        let ours = dispatch(|| {
+            tracing::dispatcher::get_default(|d| !d.is::<tracing::subscriber::NoSubscriber>())
+        });
+        assert!(ours);
+        assert!(tracing::dispatcher::get_default(|d| {
+            d.is::<tracing::subscriber::NoSubscriber>()
+        }));
     }
 }
