@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use serde::Serialize;
+
 use crate::cli::Bench;
 use crate::error::{BenchError, Result};
 use crate::stats::Summary;
@@ -463,117 +465,135 @@ pub fn compare_tables(runs: &[RunResult]) -> String {
 
 // ----- JSON -------------------------------------------------------------------
 
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+/// The JSON document, as serde writes it. Non-finite numbers become `null`
+/// (serde_json's rule for floats).
+#[derive(Serialize)]
+struct JsonDoc<'a> {
+    tool: &'static str,
+    version: &'static str,
+    time_unit: &'static str,
+    runs: Vec<JsonRun<'a>>,
+    failed_engines: Vec<JsonFailure<'a>>,
 }
 
-fn json_num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x}")
-    } else {
-        "null".into()
-    }
+#[derive(Serialize)]
+struct JsonRun<'a> {
+    engine: &'a str,
+    routes: &'a str,
+    pes: usize,
+    iters: usize,
+    warmup: usize,
+    cacheline_half_round_trip_us: Option<f64>,
+    memcpy: Vec<JsonMemcpy>,
+    benchmarks: Vec<JsonBench<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonMemcpy {
+    size: usize,
+    median_us: f64,
+}
+
+#[derive(Serialize)]
+struct JsonBench<'a> {
+    name: &'static str,
+    rows: Vec<JsonRow<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonRow<'a> {
+    label: &'a str,
+    size: usize,
+    bytes: usize,
+    batch: usize,
+    samples: usize,
+    median_us: f64,
+    min_us: f64,
+    p99_us: f64,
+    mean_us: f64,
+    bandwidth_gbs: Option<f64>,
+    rate_mops: f64,
+    refs: Vec<JsonRef>,
+}
+
+#[derive(Serialize)]
+struct JsonRef {
+    kind: &'static str,
+    ref_us: f64,
+    ratio: f64,
+}
+
+#[derive(Serialize)]
+struct JsonFailure<'a> {
+    engine: &'a str,
+    error: &'a str,
 }
 
 /// Every run's summaries as one JSON document.
 pub fn json(runs: &[RunResult], failures: &[(String, String)]) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "{{");
-    let _ = writeln!(o, "  \"tool\": \"shmem-bench\",");
-    let _ = writeln!(o, "  \"version\": {},", json_str(shmem::version()));
-    let _ = writeln!(o, "  \"time_unit\": \"us per operation\",");
-    let _ = writeln!(o, "  \"runs\": [");
-    for (i, run) in runs.iter().enumerate() {
-        let _ = writeln!(o, "    {{");
-        let _ = writeln!(o, "      \"engine\": {},", json_str(&run.engine));
-        let _ = writeln!(o, "      \"routes\": {},", json_str(&run.routes));
-        let _ = writeln!(o, "      \"pes\": {},", run.pes);
-        let _ = writeln!(o, "      \"iters\": {},", run.iters);
-        let _ = writeln!(o, "      \"warmup\": {},", run.warmup);
-        let _ = writeln!(
-            o,
-            "      \"cacheline_half_round_trip_us\": {},",
-            run.cacheline_us.map_or("null".into(), json_num)
-        );
-        let memcpy: Vec<String> = run
-            .memcpy
+    let doc = JsonDoc {
+        tool: "shmem-bench",
+        version: shmem::version(),
+        time_unit: "us per operation",
+        runs: runs
             .iter()
-            .map(|(s, us)| format!("{{\"size\": {s}, \"median_us\": {}}}", json_num(*us)))
-            .collect();
-        let _ = writeln!(o, "      \"memcpy\": [{}],", memcpy.join(", "));
-        let _ = writeln!(o, "      \"benchmarks\": [");
-        for (j, b) in run.benches.iter().enumerate() {
-            let _ = writeln!(o, "        {{");
-            let _ = writeln!(o, "          \"name\": {},", json_str(b.bench.name()));
-            let _ = writeln!(o, "          \"rows\": [");
-            for (k, r) in b.rows.iter().enumerate() {
-                let refs: Vec<String> = r
-                    .refs
+            .map(|run| JsonRun {
+                engine: &run.engine,
+                routes: &run.routes,
+                pes: run.pes,
+                iters: run.iters,
+                warmup: run.warmup,
+                cacheline_half_round_trip_us: run.cacheline_us,
+                memcpy: run
+                    .memcpy
                     .iter()
-                    .map(|f| {
-                        format!(
-                            "{{\"kind\": {}, \"ref_us\": {}, \"ratio\": {}}}",
-                            json_str(f.kind.name()),
-                            json_num(f.ref_us),
-                            json_num(f.ratio)
-                        )
+                    .map(|&(size, median_us)| JsonMemcpy { size, median_us })
+                    .collect(),
+                benchmarks: run
+                    .benches
+                    .iter()
+                    .map(|b| JsonBench {
+                        name: b.bench.name(),
+                        rows: b
+                            .rows
+                            .iter()
+                            .map(|r| JsonRow {
+                                label: &r.label,
+                                size: r.size,
+                                bytes: r.bytes,
+                                batch: r.batch,
+                                samples: r.stats.samples,
+                                median_us: r.stats.median_us,
+                                min_us: r.stats.min_us,
+                                p99_us: r.stats.p99_us,
+                                mean_us: r.stats.mean_us,
+                                bandwidth_gbs: r.bandwidth_gbs(),
+                                rate_mops: r.rate_mops(),
+                                refs: r
+                                    .refs
+                                    .iter()
+                                    .map(|f| JsonRef {
+                                        kind: f.kind.name(),
+                                        ref_us: f.ref_us,
+                                        ratio: f.ratio,
+                                    })
+                                    .collect(),
+                            })
+                            .collect(),
                     })
-                    .collect();
-                let _ = write!(
-                    o,
-                    "            {{\"label\": {}, \"size\": {}, \"bytes\": {}, \"batch\": {}, \"samples\": {}, \"median_us\": {}, \"min_us\": {}, \"p99_us\": {}, \"mean_us\": {}, \"bandwidth_gbs\": {}, \"rate_mops\": {}, \"refs\": [{}]}}",
-                    json_str(&r.label),
-                    r.size,
-                    r.bytes,
-                    r.batch,
-                    r.stats.samples,
-                    json_num(r.stats.median_us),
-                    json_num(r.stats.min_us),
-                    json_num(r.stats.p99_us),
-                    json_num(r.stats.mean_us),
-                    r.bandwidth_gbs().map_or("null".into(), json_num),
-                    json_num(r.rate_mops()),
-                    refs.join(", ")
-                );
-                let _ = writeln!(o, "{}", if k + 1 < b.rows.len() { "," } else { "" });
-            }
-            let _ = writeln!(o, "          ]");
-            let _ = writeln!(
-                o,
-                "        }}{}",
-                if j + 1 < run.benches.len() { "," } else { "" }
-            );
-        }
-        let _ = writeln!(o, "      ]");
-        let _ = writeln!(o, "    }}{}", if i + 1 < runs.len() { "," } else { "" });
-    }
-    let _ = writeln!(o, "  ],");
-    let fails: Vec<String> = failures
-        .iter()
-        .map(|(e, why)| {
-            format!(
-                "{{\"engine\": {}, \"error\": {}}}",
-                json_str(e),
-                json_str(why)
-            )
-        })
-        .collect();
-    let _ = writeln!(o, "  \"failed_engines\": [{}]", fails.join(", "));
-    let _ = writeln!(o, "}}");
-    o
+                    .collect(),
+            })
+            .collect(),
+        failed_engines: failures
+            .iter()
+            .map(|(engine, error)| JsonFailure { engine, error })
+            .collect(),
+    };
+    // Serialising plain structs of numbers and strings into a String
+    // cannot fail.
+    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    text.push('\n');
+    text
 }
 
 #[cfg(test)]
@@ -622,16 +642,24 @@ mod tests {
         );
         let j = json(
             std::slice::from_ref(&run),
-            &[("SDMA".into(), "not linked".into())],
+            &[("SDMA".into(), "not \"linked\"\n".into())],
         );
-        assert!(
-            j.contains("\"label\": \"1 MiB\"") && j.contains("\"ratio\": 0.75"),
-            "{j}"
-        );
-        assert!(
-            j.contains("\"failed_engines\": [{\"engine\": \"SDMA\""),
-            "{j}"
-        );
+        let v: serde_json::Value = serde_json::from_str(&j).expect(&j);
+        let row = &v["runs"][0]["benchmarks"][0]["rows"][0];
+        assert_eq!(row["label"], "1 MiB", "{j}");
+        assert_eq!(row["refs"][0]["ratio"], 0.75, "{j}");
+        assert_eq!(row["refs"][0]["kind"], "memcpy_bandwidth", "{j}");
+        assert_eq!(row["samples"], 3, "{j}");
+        assert_eq!(v["runs"][0]["memcpy"][1]["size"], 1 << 20, "{j}");
+        assert_eq!(v["runs"][0]["cacheline_half_round_trip_us"], 0.25, "{j}");
+        // Strings are escaped (a quote and a newline survive the trip).
+        assert_eq!(v["failed_engines"][0]["engine"], "SDMA", "{j}");
+        assert_eq!(v["failed_engines"][0]["error"], "not \"linked\"\n", "{j}");
+        // A non-finite figure is null, not invalid JSON.
+        let mut odd = run.clone();
+        odd.cacheline_us = Some(f64::NAN);
+        let v: serde_json::Value = serde_json::from_str(&json(&[odd], &[])).unwrap();
+        assert!(v["runs"][0]["cacheline_half_round_trip_us"].is_null());
         let c = compare_tables(&[run.clone(), run]);
         assert!(c.contains("2.000 (0.75)"), "{c}");
     }

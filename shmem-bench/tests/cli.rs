@@ -36,20 +36,24 @@ fn put_writes_a_json_row_per_size() {
         "{stdout}"
     );
     let text = std::fs::read_to_string(&json).expect("the JSON file");
-    for needle in [
-        "\"name\": \"put\"",
-        "\"label\": \"8 B\", \"size\": 8,",
-        "\"label\": \"4 KiB\", \"size\": 4096,",
-        "\"samples\": 10,",
-        "\"kind\": \"memcpy_bandwidth\"",
-        "\"pes\": 2,",
-    ] {
-        assert!(text.contains(needle), "{needle} missing from\n{text}");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let run = &doc["runs"][0];
+    assert_eq!(run["pes"], 2, "{text}");
+    let bench = &run["benchmarks"][0];
+    assert_eq!(bench["name"], "put", "{text}");
+    let rows = bench["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 2, "{text}");
+    for (row, (label, size)) in rows.iter().zip([("8 B", 8), ("4 KiB", 4096)]) {
+        assert_eq!(row["label"], label, "{text}");
+        assert_eq!(row["size"], size, "{text}");
+        assert_eq!(row["samples"], 10, "{text}");
+        assert!(row["median_us"].as_f64().is_some_and(|t| t > 0.0), "{text}");
+        assert_eq!(row["refs"][0]["kind"], "memcpy_bandwidth", "{text}");
     }
     assert_eq!(
-        text.matches("\"median_us\"").count(),
-        2 + 2,
-        "two rows plus two memcpy references:\n{text}"
+        run["memcpy"].as_array().map(Vec::len),
+        Some(2),
+        "two memcpy references:\n{text}"
     );
     let _ = std::fs::remove_file(json);
 }

@@ -472,8 +472,11 @@ fn hello(p: &JoinParams, mut stream: TcpStream, deadline: Instant) -> Result<Opt
             "the config store at {} refused PE {}: {why}",
             p.store_addr, p.rank
         ))),
-        other => Err(Error::Bootstrap(format!(
-            "unexpected answer to HELLO: {other:?}"
+        // Another protocol version (the error names both) or garbage.
+        Err(e) => Err(e),
+        Ok(other) => Err(Error::Bootstrap(format!(
+            "unexpected answer to HELLO from the config store at {}: {other:?}",
+            p.store_addr
         ))),
     }
 }

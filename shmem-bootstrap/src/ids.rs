@@ -1,8 +1,9 @@
 //! Job secrets, the UniqueId format, and `tcp://` URLs.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 
-use shmem_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+use shmem_core::{wire, Error, Result};
 
 /// Bytes of a job secret (128 bits).
 pub const SECRET_LEN: usize = 16;
@@ -73,8 +74,8 @@ pub fn derived_secret(text: &str) -> Vec<u8> {
     out
 }
 
-/// The opaque id rank 0 hands to every PE: format version, store address and
-/// job secret.
+/// The opaque id rank 0 hands to every PE: protocol version, store address
+/// and job secret.
 #[derive(Clone, PartialEq, Eq)]
 pub struct UniqueId {
     /// Where rank 0's config store listens.
@@ -92,67 +93,66 @@ impl std::fmt::Debug for UniqueId {
     }
 }
 
-const UID_MAGIC: &[u8; 6] = b"SHMUID";
-const UID_VERSION: u8 = 1;
-/// Length of an encoded [`UniqueId`].
-pub const UID_LEN: usize = 6 + 1 + 1 + 2 + 16 + SECRET_LEN;
+/// What a [`UniqueId`] carries on the wire.
+#[derive(Serialize, Deserialize)]
+struct UidWire {
+    addr: SocketAddr,
+    secret: Vec<u8>,
+}
+
+/// Length of an encoded [`UniqueId`]: the control-plane message padded
+/// with zeros to a fixed size, so that it fits fixed-size buffers (C's
+/// `shmemx_uniqueid_t`, a tensor broadcast by the launcher's framework).
+pub const UID_LEN: usize = 64;
 
 impl UniqueId {
     /// Encodes to [`UID_LEN`] bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut o = Vec::with_capacity(UID_LEN);
-        o.extend_from_slice(UID_MAGIC);
-        o.push(UID_VERSION);
-        let (family, ip) = match self.addr.ip() {
-            IpAddr::V4(a) => (4u8, a.to_ipv6_mapped().octets()),
-            IpAddr::V6(a) => (6u8, a.octets()),
-        };
-        o.push(family);
-        o.extend_from_slice(&self.addr.port().to_be_bytes());
-        o.extend_from_slice(&ip);
-        o.extend_from_slice(&self.secret);
+        let mut o = wire::encode(&UidWire {
+            addr: self.addr,
+            secret: self.secret.clone(),
+        });
+        o.resize(o.len().max(UID_LEN), 0);
         o
     }
 
-    /// Decodes bytes from [`UniqueId::to_bytes`]; anything else is an error.
+    /// Decodes bytes from [`UniqueId::to_bytes`], with any number of zero
+    /// bytes after the id (a larger fixed-size buffer); anything else is an
+    /// error.
+    ///
+    /// # Errors
+    /// [`Error::ProtocolMismatch`] for an id made by another version of the
+    /// library (naming both versions); [`Error::Malformed`] for bytes that
+    /// are not an id, a non-zero tail, port 0 or a secret of the wrong size.
     pub fn from_bytes(b: &[u8]) -> Result<UniqueId> {
         let bad = |reason: String| Error::Malformed {
             what: "UniqueId",
             reason,
         };
-        if b.len() != UID_LEN {
+        let (id, rest) = wire::decode_prefix::<UidWire>("UniqueId", b).map_err(|e| match e {
+            Error::Malformed { reason, .. } => {
+                bad(format!("{reason} (was it produced by get_unique_id?)"))
+            }
+            e => e,
+        })?;
+        if rest.iter().any(|&x| x != 0) {
             return Err(bad(format!(
-                "{} bytes, expected {UID_LEN} (was it produced by get_unique_id?)",
-                b.len()
+                "{} bytes after the id are not zero padding (was it produced by get_unique_id?)",
+                rest.len()
             )));
         }
-        if &b[..6] != UID_MAGIC {
-            return Err(bad("not a shmem UniqueId (bad magic)".into()));
-        }
-        if b[6] != UID_VERSION {
-            return Err(bad(format!(
-                "format version {} is not supported (this library speaks {UID_VERSION})",
-                b[6]
-            )));
-        }
-        let port = u16::from_be_bytes([b[8], b[9]]);
-        if port == 0 {
+        if id.addr.port() == 0 {
             return Err(bad("port 0".into()));
         }
-        let mut ip = [0u8; 16];
-        ip.copy_from_slice(&b[10..26]);
-        let v6 = Ipv6Addr::from(ip);
-        let ip = match b[7] {
-            4 => IpAddr::V4(
-                v6.to_ipv4_mapped()
-                    .ok_or_else(|| bad("IPv4 family with a non-IPv4 address".into()))?,
-            ),
-            6 => IpAddr::V6(v6),
-            f => return Err(bad(format!("address family {f}"))),
-        };
+        if id.secret.len() != SECRET_LEN {
+            return Err(bad(format!(
+                "a {}-byte secret, expected {SECRET_LEN}",
+                id.secret.len()
+            )));
+        }
         Ok(UniqueId {
-            addr: SocketAddr::new(ip, port),
-            secret: b[26..].to_vec(),
+            addr: id.addr,
+            secret: id.secret,
         })
     }
 }
@@ -319,12 +319,29 @@ mod tests {
             .to_string()
             .contains("magic"));
         let mut v = u.clone();
-        v[6] = 99;
-        assert!(UniqueId::from_bytes(&v)
+        v[2] = 99;
+        let e = UniqueId::from_bytes(&v).unwrap_err();
+        assert!(
+            matches!(e, Error::ProtocolMismatch { theirs: 99, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("version 99"), "{e}");
+        assert!(UniqueId::from_bytes(&[0u8; UID_LEN]).is_err());
+        // Zero padding to a larger buffer is fine; anything else after the
+        // id is not.
+        let mut padded = u.clone();
+        padded.resize(128, 0);
+        assert!(UniqueId::from_bytes(&padded).is_ok());
+        padded[100] = 1;
+        assert!(UniqueId::from_bytes(&padded)
             .unwrap_err()
             .to_string()
-            .contains("version"));
-        assert!(UniqueId::from_bytes(&[0u8; UID_LEN]).is_err());
+            .contains("padding"));
+        // Every truncation is refused.
+        let used = u.iter().rposition(|&x| x != 0).unwrap() + 1;
+        for n in 0..used {
+            assert!(UniqueId::from_bytes(&u[..n]).is_err(), "{n}");
+        }
     }
 
     #[test]

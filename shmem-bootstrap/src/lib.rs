@@ -820,6 +820,110 @@ mod tests {
         assert_eq!(answer(&mut s), None);
     }
 
+    /// A HELLO body as a PE of protocol version `v` would send it.
+    fn hello_of_version(v: u16, secret: Vec<u8>) -> Vec<u8> {
+        let mut body = protocol::Request::Hello {
+            rank: 0,
+            nranks: 1,
+            secret,
+        }
+        .encode();
+        body[2..4].copy_from_slice(&v.to_le_bytes());
+        body
+    }
+
+    #[test]
+    fn a_client_of_another_protocol_version_is_told_both_versions() {
+        use shmem_core::wire::PROTOCOL_VERSION;
+        let (store, secret) = limited_store(StoreLimits::default());
+        let mut s = std::net::TcpStream::connect(store.addr()).unwrap();
+        let theirs = PROTOCOL_VERSION + 1;
+        protocol::write_frame(&mut s, &hello_of_version(theirs, secret.clone())).unwrap();
+        match answer(&mut s) {
+            Some(protocol::Reply::Reject(why)) => {
+                assert!(why.contains(&format!("version {theirs}")), "{why}");
+                assert!(
+                    why.contains(&format!("version {PROTOCOL_VERSION}")),
+                    "{why}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // The store still takes a PE of its own version.
+        let mut s = std::net::TcpStream::connect(store.addr()).unwrap();
+        protocol::write_frame(&mut s, &hello_of_version(PROTOCOL_VERSION, secret)).unwrap();
+        assert_eq!(answer(&mut s), Some(protocol::Reply::Welcome));
+    }
+
+    #[test]
+    fn a_store_of_another_protocol_version_is_named_by_the_joining_pe() {
+        use shmem_core::wire::PROTOCOL_VERSION;
+        // A fake store that answers every HELLO in version + 1.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let fake = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let _ = protocol::read_frame(&mut s).unwrap();
+            let mut body = protocol::Reply::Welcome.encode();
+            body[2..4].copy_from_slice(&(PROTOCOL_VERSION + 1).to_le_bytes());
+            protocol::write_frame(&mut s, &body).unwrap();
+        });
+        let p = JoinParams {
+            rank: 0,
+            nranks: 1,
+            store_addr: addr,
+            secret: vec![1; 16],
+            init_timeout: std::time::Duration::from_secs(20),
+            call_timeout: std::time::Duration::from_secs(20),
+            link_timeout: std::time::Duration::from_secs(5),
+        };
+        let e = TcpBootstrap::join(p, None).map(|_| ()).unwrap_err();
+        fake.join().unwrap();
+        assert!(
+            matches!(e, shmem_core::Error::ProtocolMismatch { theirs, ours, .. }
+                if theirs == PROTOCOL_VERSION + 1 && ours == PROTOCOL_VERSION),
+            "{e}"
+        );
+        assert!(e.to_string().contains("config store reply"), "{e}");
+    }
+
+    #[test]
+    fn garbage_frames_after_a_valid_hello_do_not_take_the_store_down() {
+        // Random bodies from a joined PE: the store drops that PE (it is
+        // reported exited) and keeps serving others.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..20 {
+            let (store, secret) = limited_store(StoreLimits::default());
+            let mut s = std::net::TcpStream::connect(store.addr()).unwrap();
+            protocol::write_frame(
+                &mut s,
+                &hello_of_version(shmem_core::wire::PROTOCOL_VERSION, secret.clone()),
+            )
+            .unwrap();
+            assert_eq!(answer(&mut s), Some(protocol::Reply::Welcome));
+            let mut body = protocol::Request::Bye.encode();
+            body.truncate(shmem_core::wire::HEADER_LEN);
+            for _ in 0..(1 + round * 3) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                body.push(x as u8);
+            }
+            let _ = protocol::write_frame(&mut s, &body);
+            let _ = answer(&mut s);
+            drop(s);
+            // A fresh PE of rank 0 is either welcome (the first left) or
+            // refused as a duplicate: in both cases the store answered.
+            let mut t = std::net::TcpStream::connect(store.addr()).unwrap();
+            protocol::write_frame(
+                &mut t,
+                &hello_of_version(shmem_core::wire::PROTOCOL_VERSION, secret),
+            )
+            .unwrap();
+            assert!(answer(&mut t).is_some(), "round {round}");
+        }
+    }
+
     #[test]
     fn unauthenticated_connections_are_capped() {
         let (store, secret) = limited_store(StoreLimits {

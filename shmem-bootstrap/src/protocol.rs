@@ -1,12 +1,14 @@
 //! Wire format of the config store: length-prefixed frames over TCP.
 //!
-//! A frame is `u32 length (LE) | u8 kind | payload`. Integers are
-//! little-endian. Frames above [`MAX_FRAME`] are rejected as garbage.
+//! A frame is `u32 length (LE) | body`; the body is one [`Request`] or
+//! [`Reply`] as [`shmem_core::wire`] encodes every control-plane message
+//! (protocol version, then postcard). Frames above [`MAX_FRAME`] are
+//! rejected as garbage, and so is a first frame above [`MAX_HELLO_FRAME`].
 
 use std::io::{self, Read, Write};
 
-/// Magic that opens every HELLO (protocol name and version).
-pub const MAGIC: &[u8; 8] = b"SHMEMBS1";
+use serde::{Deserialize, Serialize};
+use shmem_core::{wire, Result};
 
 /// Largest frame accepted (allgather payloads included).
 pub const MAX_FRAME: usize = 256 << 20;
@@ -17,7 +19,7 @@ pub const MAX_FRAME: usize = 256 << 20;
 pub const MAX_HELLO_FRAME: usize = 4 << 10;
 
 /// Client to store.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// Join: rank, job size and the job secret.
     Hello {
@@ -73,7 +75,7 @@ pub enum Request {
 }
 
 /// Store to client.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
     /// HELLO accepted.
     Welcome,
@@ -128,249 +130,41 @@ pub enum Reply {
     },
 }
 
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    out.extend_from_slice(b);
-}
-
-struct Cursor<'a>(&'a [u8]);
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> io::Result<&'a [u8]> {
-        if self.0.len() < n {
-            return Err(bad("truncated frame"));
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-    fn u32(&mut self) -> io::Result<u32> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().map_err(|_| bad("u32"))?,
-        ))
-    }
-    fn i32(&mut self) -> io::Result<i32> {
-        Ok(self.u32()? as i32)
-    }
-    fn u64(&mut self) -> io::Result<u64> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().map_err(|_| bad("u64"))?,
-        ))
-    }
-    fn bytes(&mut self) -> io::Result<Vec<u8>> {
-        let n = self.u32()? as usize;
-        Ok(self.take(n)?.to_vec())
-    }
-    fn rest(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.0).to_vec()
-    }
-    fn string(&mut self) -> io::Result<String> {
-        Ok(String::from_utf8_lossy(&self.bytes()?).into_owned())
-    }
-}
-
-fn bad(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
-}
-
 impl Request {
-    /// Serialises to a frame body (kind + payload).
+    /// Serialises to a frame body ([`shmem_core::wire`]: protocol version,
+    /// then the message).
     pub fn encode(&self) -> Vec<u8> {
-        let mut o = Vec::new();
-        match self {
-            Request::Hello {
-                rank,
-                nranks,
-                secret,
-            } => {
-                o.push(1);
-                o.extend_from_slice(MAGIC);
-                o.extend_from_slice(&rank.to_le_bytes());
-                o.extend_from_slice(&nranks.to_le_bytes());
-                put_bytes(&mut o, secret);
-            }
-            Request::Set { key, value } => {
-                o.push(2);
-                put_bytes(&mut o, key);
-                o.extend_from_slice(value);
-            }
-            Request::Get { key } => {
-                o.push(3);
-                o.extend_from_slice(key);
-            }
-            Request::Collective { seq, data } => {
-                o.push(4);
-                o.extend_from_slice(&seq.to_le_bytes());
-                o.extend_from_slice(data);
-            }
-            Request::Abort { status, message } => {
-                o.push(5);
-                o.extend_from_slice(&status.to_le_bytes());
-                put_bytes(&mut o, message.as_bytes());
-            }
-            Request::Bye => o.push(6),
-            Request::HangProbe { quiet_ms } => {
-                o.push(7);
-                o.extend_from_slice(&quiet_ms.to_le_bytes());
-            }
-            Request::HangState { round, state } => {
-                o.push(8);
-                o.extend_from_slice(&round.to_le_bytes());
-                put_bytes(&mut o, state.as_bytes());
-            }
-        }
-        o
+        wire::encode(self)
     }
 
     /// Parses a frame body.
-    pub fn decode(body: &[u8]) -> io::Result<Request> {
-        let mut c = Cursor(body);
-        let kind = c.take(1)?[0];
-        Ok(match kind {
-            1 => {
-                if c.take(MAGIC.len())? != MAGIC {
-                    return Err(bad(
-                        "bad magic (not a shmem bootstrap client of this version)",
-                    ));
-                }
-                Request::Hello {
-                    rank: c.u32()?,
-                    nranks: c.u32()?,
-                    secret: c.bytes()?,
-                }
-            }
-            2 => Request::Set {
-                key: c.bytes()?,
-                value: c.rest(),
-            },
-            3 => Request::Get { key: c.rest() },
-            4 => Request::Collective {
-                seq: c.u64()?,
-                data: c.rest(),
-            },
-            5 => Request::Abort {
-                status: c.i32()?,
-                message: c.string()?,
-            },
-            6 => Request::Bye,
-            7 => Request::HangProbe { quiet_ms: c.u64()? },
-            8 => Request::HangState {
-                round: c.u64()?,
-                state: c.string()?,
-            },
-            k => return Err(bad(&format!("unknown request kind {k}"))),
-        })
+    ///
+    /// # Errors
+    /// [`shmem_core::Error::ProtocolMismatch`] for a client of another protocol
+    /// version (naming both versions), [`shmem_core::Error::Malformed`] for garbage.
+    pub fn decode(body: &[u8]) -> Result<Request> {
+        wire::decode("config store request", body)
     }
 }
 
 impl Reply {
     /// Serialises to a frame body.
     pub fn encode(&self) -> Vec<u8> {
-        let mut o = Vec::new();
-        match self {
-            Reply::Welcome => o.push(101),
-            Reply::Reject(m) => {
-                o.push(102);
-                put_bytes(&mut o, m.as_bytes());
-            }
-            Reply::Value { key, value } => {
-                o.push(103);
-                put_bytes(&mut o, key);
-                o.extend_from_slice(value);
-            }
-            Reply::CollectiveDone { seq, data } => {
-                o.push(104);
-                o.extend_from_slice(&seq.to_le_bytes());
-                o.extend_from_slice(&(data.len() as u32).to_le_bytes());
-                for d in data {
-                    put_bytes(&mut o, d);
-                }
-            }
-            Reply::PeerExited { rank, detail } => {
-                o.push(105);
-                o.extend_from_slice(&rank.to_le_bytes());
-                put_bytes(&mut o, detail.as_bytes());
-            }
-            Reply::Abort {
-                rank,
-                status,
-                message,
-            } => {
-                o.push(106);
-                o.extend_from_slice(&rank.to_le_bytes());
-                o.extend_from_slice(&status.to_le_bytes());
-                put_bytes(&mut o, message.as_bytes());
-            }
-            Reply::ByeOk => o.push(107),
-            Reply::HangQuery { round } => {
-                o.push(108);
-                o.extend_from_slice(&round.to_le_bytes());
-            }
-            Reply::HangTable {
-                round,
-                prober,
-                rows,
-            } => {
-                o.push(109);
-                o.extend_from_slice(&round.to_le_bytes());
-                o.extend_from_slice(&prober.to_le_bytes());
-                o.extend_from_slice(&(rows.len() as u32).to_le_bytes());
-                for r in rows {
-                    put_bytes(&mut o, r.as_bytes());
-                }
-            }
-        }
-        o
+        wire::encode(self)
     }
 
     /// Parses a frame body.
-    pub fn decode(body: &[u8]) -> io::Result<Reply> {
-        let mut c = Cursor(body);
-        let kind = c.take(1)?[0];
-        Ok(match kind {
-            101 => Reply::Welcome,
-            102 => Reply::Reject(c.string()?),
-            103 => Reply::Value {
-                key: c.bytes()?,
-                value: c.rest(),
-            },
-            104 => {
-                let seq = c.u64()?;
-                let n = c.u32()? as usize;
-                let mut data = Vec::with_capacity(n.min(1 << 16));
-                for _ in 0..n {
-                    data.push(c.bytes()?);
-                }
-                Reply::CollectiveDone { seq, data }
-            }
-            105 => Reply::PeerExited {
-                rank: c.u32()?,
-                detail: c.string()?,
-            },
-            106 => Reply::Abort {
-                rank: c.u32()?,
-                status: c.i32()?,
-                message: c.string()?,
-            },
-            107 => Reply::ByeOk,
-            108 => Reply::HangQuery { round: c.u64()? },
-            109 => {
-                let round = c.u64()?;
-                let prober = c.u32()?;
-                let n = c.u32()? as usize;
-                let mut rows = Vec::with_capacity(n.min(1 << 16));
-                for _ in 0..n {
-                    rows.push(c.string()?);
-                }
-                Reply::HangTable {
-                    round,
-                    prober,
-                    rows,
-                }
-            }
-            k => return Err(bad(&format!("unknown reply kind {k}"))),
-        })
+    ///
+    /// # Errors
+    /// [`shmem_core::Error::ProtocolMismatch`] for a store of another protocol version
+    /// (naming both versions), [`shmem_core::Error::Malformed`] for garbage.
+    pub fn decode(body: &[u8]) -> Result<Reply> {
+        wire::decode("config store reply", body)
     }
+}
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
 }
 
 /// The length prefix of a frame of `len` bytes.
@@ -438,6 +232,7 @@ pub fn read_frame_limited(r: &mut impl Read, max: usize) -> io::Result<Option<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shmem_core::Error;
 
     #[test]
     fn requests_round_trip() {
@@ -512,6 +307,11 @@ mod tests {
         assert!(Request::decode(&[]).is_err());
         assert!(Request::decode(&[99, 1, 2]).is_err());
         assert!(Request::decode(b"\x01NOTMAGIC").is_err());
+        // A message of another protocol version names both versions.
+        let mut other = Request::Bye.encode();
+        other[2..4].copy_from_slice(&(wire::PROTOCOL_VERSION + 1).to_le_bytes());
+        let e = Request::decode(&other).unwrap_err();
+        assert!(matches!(e, Error::ProtocolMismatch { .. }), "{e}");
         let mut huge = &[0xff, 0xff, 0xff, 0xff, 1][..];
         assert!(read_frame(&mut huge).is_err());
         // A 5-KiB frame is fine after HELLO but not before it.

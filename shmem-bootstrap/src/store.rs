@@ -521,6 +521,14 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             secret,
         }))) => (rank as usize, nranks as usize, secret),
         Ok(None) => return,
+        Ok(Some(Err(e @ Error::ProtocolMismatch { .. }))) => {
+            // Another build of the library: say so, in words its PE can
+            // print even though it cannot decode this reply's body (the
+            // version in the header is enough for it to name both).
+            shmem_log!(Warn, "config store: rejected {peer}: {e}");
+            let _ = write_frame(&mut stream, &Reply::Reject(e.to_string()).encode());
+            return;
+        }
         other => {
             if !shared.stop.load(Ordering::SeqCst) {
                 shmem_log!(
@@ -703,7 +711,7 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     shared.changed.notify_all();
 }
 
-fn describe<T: std::fmt::Debug>(r: io::Result<Option<io::Result<T>>>) -> String {
+fn describe<T: std::fmt::Debug>(r: io::Result<Option<Result<T>>>) -> String {
     match r {
         Ok(Some(Ok(req))) => format!("first request was {req:?}"),
         Ok(Some(Err(e))) => e.to_string(),

@@ -45,16 +45,12 @@ export!("shmemx_init_with_uniqueid", fn(rank: c_int, nranks: c_int, mem_size: us
             }
             // SAFETY: the C caller's shmemx_uniqueid_t holds UID_BYTES bytes.
             let raw = unsafe { std::slice::from_raw_parts(uid, UID_BYTES) };
-            let id = UniqueId::from_bytes(&raw[..shmem_uid_len()])?;
+            let id = UniqueId::from_bytes(raw)?;
             let size = (mem_size > 0).then_some(mem_size);
             crate::setup::init_with(|| shmem::init_with_unique_id(rank as usize, nranks as usize, size, &id))
         })())
     })
 });
-
-fn shmem_uid_len() -> usize {
-    6 + 1 + 1 + 2 + 16 + 16
-}
 
 export!("shmemx_init_attr", fn(rank: c_int, nranks: c_int, mem_size: usize, url: *const c_char) -> c_int {
     ffi_bare("shmemx_init_attr", || {

@@ -33,6 +33,7 @@ use std::thread::JoinHandle;
 
 use shmem::{Cmp, Error, PeId, Result, Runtime, SignalOp, SymRef, SymSlice};
 use shmem_core::transport::{AmoOp, AmoWidth};
+use shmem_core::wire;
 
 /// A writable segment of the main program: `[start, start + len)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,8 +300,9 @@ pub(crate) struct StaticData {
     unusable: Option<String>,
 }
 
-/// Bytes per segment in the exchange: start, len, fd, device, inode.
-const SEG_WIRE: usize = 40;
+/// What each PE tells the others at init: its pid, and per segment its
+/// start, length, memfd, device and inode.
+type SegmentTable = (u64, Vec<(u64, u64, u64, u64, u64)>);
 
 impl StaticData {
     /// Allgathers the segment tables (collective).
@@ -318,47 +320,41 @@ impl StaticData {
                 None
             }
         };
-        // pid, then per segment: start, len, and the memfd (fd, device,
-        // inode; all ones when not shared).
-        let mut msg = Vec::with_capacity(8 + mine.len() * SEG_WIRE);
-        msg.extend_from_slice(&u64::from(std::process::id()).to_le_bytes());
-        for (i, s) in mine.iter().enumerate() {
-            let (fd, dev, ino) = shared.map_or((u64::MAX, u64::MAX, u64::MAX), |sh| {
-                let (fd, dev, ino) = &sh.fds[i];
-                (fd.as_raw_fd() as u64, *dev, *ino)
-            });
-            for w in [s.start as u64, s.len as u64, fd, dev, ino] {
-                msg.extend_from_slice(&w.to_le_bytes());
-            }
-        }
-        let all = rt.bootstrap().allgather(&msg)?;
-        let word = |c: &[u8], i: usize| {
-            u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().unwrap_or_default())
-        };
+        // The pid, then per segment: start, len, and the memfd (fd, device,
+        // inode; `u64::MAX` for each when not shared).
+        let table: SegmentTable = (
+            u64::from(std::process::id()),
+            mine.iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let (fd, dev, ino) = shared.map_or((u64::MAX, u64::MAX, u64::MAX), |sh| {
+                        let (fd, dev, ino) = &sh.fds[i];
+                        (fd.as_raw_fd() as u64, *dev, *ino)
+                    });
+                    (s.start as u64, s.len as u64, fd, dev, ino)
+                })
+                .collect(),
+        );
+        let all = rt.bootstrap().allgather(&wire::encode(&table))?;
         let page = page_size();
         let mut starts = Vec::with_capacity(all.len());
         let mut maps = Vec::with_capacity(all.len());
         let mut unusable = None;
         for (pe, m) in all.iter().enumerate() {
-            let pid = if m.len() >= 8 { word(m, 0) } else { 0 };
-            let body = m.get(8..).unwrap_or_default();
-            let segs: Vec<[u64; 5]> = body
-                .chunks_exact(SEG_WIRE)
-                .map(|c| [0, 1, 2, 3, 4].map(|i| word(c, i)))
-                .collect();
+            let (pid, segs): SegmentTable = wire::decode("static data segments", m)?;
             let same_shape = segs.len() == mine.len()
-                && segs.iter().zip(&mine).all(|(s, m)| s[1] as usize == m.len);
+                && segs.iter().zip(&mine).all(|(s, m)| s.1 as usize == m.len);
             let mut row = Vec::with_capacity(segs.len());
-            for s in &segs {
+            for &(start, len, fd, dev, ino) in &segs {
                 let local = pe != rt.my_pe() && rt.topology().same_node(pe);
-                let map = match (same_shape && local, s[2]) {
+                let map = match (same_shape && local, fd) {
                     (true, fd) if fd != u64::MAX => {
                         let seg = Segment {
-                            start: s[0] as usize,
-                            len: s[1] as usize,
+                            start: start as usize,
+                            len: len as usize,
                         };
                         let (lo, hi) = pages(&seg, page);
-                        match map_peer(pid, fd, s[3], s[4], hi - lo) {
+                        match map_peer(pid, fd, dev, ino, hi - lo) {
                             Ok(at) => Some(PeerMap {
                                 start: at + (seg.start - lo),
                             }),
@@ -377,10 +373,8 @@ impl StaticData {
                 row.push(map);
             }
             maps.push(row);
-            let segs: Vec<(usize, usize)> = segs
-                .iter()
-                .map(|s| (s[0] as usize, s[1] as usize))
-                .collect();
+            let segs: Vec<(usize, usize)> =
+                segs.iter().map(|s| (s.0 as usize, s.1 as usize)).collect();
             if !same_shape && unusable.is_none() {
                 unusable = Some(format!(
                     "PE {pe}'s program has different static data ({} segments) from PE {}'s ({}); \

@@ -3,7 +3,7 @@
 
 use shmem_core::{Element, Error, Result, SymSlice};
 
-use crate::collectives::{check_disjoint, check_sym, local_copy, mul, Call, Desc};
+use crate::collectives::{byte_len, check_disjoint, check_sym, local_copy, mul, Call, Desc};
 use crate::{AlltoallAlgorithm, Collectives, Team};
 
 /// Sends one block per peer with `send(call, to)` in the order the
@@ -52,13 +52,14 @@ impl Collectives {
         let n = team.n_pes();
         let local = (|| {
             let total = mul("nelems", n, nelems)?;
+            byte_len::<T>(total)?;
             check_sym(rt, "source", &source, total)?;
             check_sym(rt, "dest", &dest, total)?;
             check_disjoint(&dest, total, &source, total, false)
         })();
         let algo = self
             .algorithms
-            .alltoall(n, nelems * std::mem::size_of::<T>());
+            .alltoall(n, nelems.saturating_mul(std::mem::size_of::<T>()));
         let desc = Desc::new("alltoall")
             .with_type::<T>()
             .with(nelems as u64)
@@ -108,13 +109,14 @@ impl Collectives {
                 return Err(Error::invalid("stride", "dst and sst must be at least 1"));
             }
             let (dlen, slen) = (extent(dst)?, extent(sst)?);
+            byte_len::<T>(dlen.max(slen))?;
             check_sym(rt, "source", &source, slen)?;
             check_sym(rt, "dest", &dest, dlen)?;
             check_disjoint(&dest, dlen, &source, slen, false)
         })();
         let algo = self
             .algorithms
-            .alltoall(n, nelems * std::mem::size_of::<T>());
+            .alltoall(n, nelems.saturating_mul(std::mem::size_of::<T>()));
         let desc = Desc::new("alltoalls")
             .with_type::<T>()
             .with(nelems as u64)

@@ -3,7 +3,7 @@
 
 use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
-use crate::collectives::{check_disjoint, check_sym, local_copy, Call, Desc};
+use crate::collectives::{byte_len, check_disjoint, check_sym, local_copy, Call, Desc};
 use crate::{BroadcastAlgorithm, Collectives, Team};
 
 impl Collectives {
@@ -28,6 +28,7 @@ impl Collectives {
             if root >= n {
                 return Err(Error::PeOutOfRange { pe: root, n_pes: n });
             }
+            byte_len::<T>(nelems)?;
             check_sym(rt, "dest", &dest, nelems)?;
             if is_root {
                 check_sym(rt, "source", &source, nelems)?;
@@ -37,14 +38,14 @@ impl Collectives {
         })();
         let algo = self
             .algorithms
-            .broadcast(n, nelems * std::mem::size_of::<T>());
+            .broadcast(n, nelems.saturating_mul(std::mem::size_of::<T>()));
         let desc = Desc::new("broadcast")
             .with_type::<T>()
             .with(nelems as u64)
             .with(root as u64)
             .with(algo as u64);
         let describe = || format!("root {root}, {nelems} x {}", std::any::type_name::<T>());
-        let bytes = nelems * std::mem::size_of::<T>();
+        let bytes = nelems.saturating_mul(std::mem::size_of::<T>());
         let plan = self
             .algorithms
             .broadcast

@@ -21,7 +21,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use shmem_core::{Cmp, Element, Error, PeId, Result, Runtime, SignalOp, SymBuf, SymRef, SymSlice};
+use shmem_core::{
+    wire, Cmp, Element, Error, PeId, Result, Runtime, SignalOp, SymBuf, SymRef, SymSlice,
+};
 
 use crate::algorithm::{AlgorithmChoice, BarrierAlgorithm};
 use crate::team::{strided_members, Team, TeamConfig, TeamKind, TeamState};
@@ -413,23 +415,26 @@ impl Collectives {
         }
         // Forced algorithms and pool sizing must match everywhere: the
         // handshake itself depends on them. Checked once, on the slow path.
-        let mut mine = algorithms.fingerprint().to_le_bytes().to_vec();
-        mine.extend_from_slice(&(stage_bytes as u64).to_le_bytes());
-        mine.extend_from_slice(&(opts.max_teams as u64).to_le_bytes());
+        // (algorithm fingerprint, staging bytes, teams), then two flags:
+        // this PE's node is crowded, and this PE maps every peer's heap.
+        let mine = (
+            algorithms.fingerprint(),
+            stage_bytes as u64,
+            opts.max_teams as u64,
+        );
         let cores = rt.config().cores();
         let crowded = rt.topology().local_pes().len() > cores;
         let maps_all = (0..n).all(|pe| matches!(rt.peer_ptr(RESERVED, pe), Ok(Some(_))));
-        let mut msg = mine.clone();
-        msg.push(u8::from(crowded));
-        msg.push(u8::from(maps_all));
-        let all = rt.bootstrap().allgather(&msg)?;
-        let flag = |m: &Vec<u8>, back: usize| m.len() >= back && m[m.len() - back] == 1;
-        let oversubscribed = all.iter().any(|m| flag(m, 2));
-        let all_mapped = all.iter().all(|m| flag(m, 1));
-        if let Some(pe) = all
+        let all = rt
+            .bootstrap()
+            .allgather(&wire::encode(&(mine, crowded, maps_all)))?;
+        let all: Vec<((u64, u64, u64), bool, bool)> = all
             .iter()
-            .position(|m| m.get(..mine.len()) != Some(&mine[..]))
-        {
+            .map(|m| wire::decode("collectives agreement", m))
+            .collect::<Result<_>>()?;
+        let oversubscribed = all.iter().any(|m| m.1);
+        let all_mapped = all.iter().all(|m| m.2);
+        if let Some(pe) = all.iter().position(|m| m.0 != mine) {
             return Err(Error::CollectiveMismatch {
                 op: "Collectives::new",
                 details: format!(
@@ -921,6 +926,20 @@ pub(crate) fn check_disjoint<T: Element>(
             }
         ),
     ))
+}
+
+/// Bytes of `nelems` elements of `T`, or an error naming `nelems` when the
+/// size does not fit the address space.
+pub(crate) fn byte_len<T>(nelems: usize) -> Result<usize> {
+    nelems.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+        Error::invalid(
+            "nelems",
+            format!(
+                "{nelems} elements of {} bytes overflow the address space",
+                std::mem::size_of::<T>()
+            ),
+        )
+    })
 }
 
 /// `a * b`, or an error naming `arg`.

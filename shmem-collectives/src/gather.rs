@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
-use crate::collectives::{check_disjoint, check_sym, local_copy, mul, Call, Desc};
+use crate::collectives::{byte_len, check_disjoint, check_sym, local_copy, mul, Call, Desc};
 use crate::{Collectives, GatherAlgorithm, Team};
 
 /// Moves block `blocks[i]` of this PE's `dest` to every member's `dest`:
@@ -67,19 +67,20 @@ impl Collectives {
         let n = team.n_pes();
         let local = (|| {
             let total = mul("nelems", n, nelems)?;
+            byte_len::<T>(total)?;
             check_sym(rt, "source", &source, nelems)?;
             check_sym(rt, "dest", &dest, total)?;
             check_disjoint(&dest, total, &source, nelems, false)
         })();
         let algo = self
             .algorithms
-            .fcollect(n, nelems * std::mem::size_of::<T>());
+            .fcollect(n, nelems.saturating_mul(std::mem::size_of::<T>()));
         let desc = Desc::new("fcollect")
             .with_type::<T>()
             .with(nelems as u64)
             .with(algo as u64);
         let describe = || format!("{nelems} x {}", std::any::type_name::<T>());
-        let bytes = nelems * std::mem::size_of::<T>();
+        let bytes = nelems.saturating_mul(std::mem::size_of::<T>());
         let plan = match (self.algorithms.fcollect, bytes.checked_mul(n)) {
             (None, Some(total)) => Call::fold_plan(self, n, bytes, total),
             _ => None,
@@ -194,7 +195,7 @@ impl Collectives {
         }
         let algo = self
             .algorithms
-            .collect(n, largest * std::mem::size_of::<T>());
+            .collect(n, largest.saturating_mul(std::mem::size_of::<T>()));
         local_copy(rt, dest.slice(blocks[me].clone())?, source.slice(..nelems)?)?;
         gather_blocks(&mut call, algo, dest, &blocks)?;
         Ok(total)

@@ -253,3 +253,38 @@ fn bad_algorithm_name_fails_at_setup() {
         Ok(())
     });
 }
+
+/// Element counts whose byte size (or team-wide total) overflows `usize`
+/// are an `InvalidArgument` on every PE, not a panic on the multiply (debug
+/// builds check arithmetic), and the team goes on.
+#[test]
+fn element_counts_that_overflow_are_errors_not_panics() {
+    for n in [1, 2, 3] {
+        let out = after_recovery(n, |rt, coll| {
+            let d = rt.malloc::<u64>(8)?;
+            let s = rt.malloc::<u64>(8)?;
+            let w = coll.world();
+            let huge = usize::MAX / 4;
+            let mut errs = vec![
+                coll.alltoall(&w, d.as_sym(), s.as_sym(), huge),
+                coll.alltoalls(&w, d.as_sym(), s.as_sym(), 1, 1, huge),
+                coll.fcollect(&w, d.as_sym(), s.as_sym(), huge),
+                coll.broadcast(&w, d.as_sym(), s.as_sym(), huge, 0),
+            ];
+            // Counts whose bytes overflow although the count times the PE
+            // count does not (n = 1), and the other way round.
+            errs.push(coll.alltoall(&w, d.as_sym(), s.as_sym(), usize::MAX / 8 + 1));
+            errs.push(coll.fcollect(&w, d.as_sym(), s.as_sym(), usize::MAX / 2 + 1));
+            for (i, e) in errs.into_iter().enumerate() {
+                match e {
+                    Err(shmem_core::Error::InvalidArgument { .. }) => {}
+                    other => panic!("call {i}: {other:?}"),
+                }
+            }
+            Ok(())
+        });
+        for (pe, r) in out.iter().enumerate() {
+            assert!(r.is_ok(), "PE {pe}: {r:?}");
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! The error type every crate of the library returns.
 
 use std::io;
+use std::sync::Arc;
 
 use crate::PeId;
 
@@ -11,7 +12,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Messages name the PE, offset, size or key involved so that a failure in a
 /// job of many processes can be traced to its cause from one line.
-#[derive(Debug, thiserror::Error)]
+///
+/// Errors clone (an OS error's source is shared), so that one failure can
+/// reach every waiter of a completion with its kind intact.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An argument is outside what the call accepts.
@@ -183,6 +187,17 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
+    /// A control-plane message or id from a peer (or a store, or a
+    /// UniqueId) speaks another version of the control-plane protocol.
+    #[error("{what}: the peer speaks control-plane protocol version {theirs}, this library speaks version {ours}; run the same shmem build on every PE")]
+    ProtocolMismatch {
+        /// What was being decoded.
+        what: &'static str,
+        /// The version found in the message.
+        theirs: u16,
+        /// The version this library speaks.
+        ours: u16,
+    },
     /// A system call failed.
     #[error("{call} failed: {source}")]
     Os {
@@ -190,7 +205,7 @@ pub enum Error {
         call: String,
         /// The OS error.
         #[source]
-        source: io::Error,
+        source: Arc<io::Error>,
     },
     /// A transport reported a failure of its own.
     #[error("transport {engine}: {reason}")]
@@ -228,7 +243,7 @@ impl Error {
     pub fn last_os(call: impl Into<String>) -> Self {
         Error::Os {
             call: call.into(),
-            source: io::Error::last_os_error(),
+            source: Arc::new(io::Error::last_os_error()),
         }
     }
 
@@ -236,7 +251,7 @@ impl Error {
     pub fn os(call: impl Into<String>, source: io::Error) -> Self {
         Error::Os {
             call: call.into(),
-            source,
+            source: Arc::new(source),
         }
     }
 }

@@ -46,11 +46,13 @@ pub mod sym;
 pub mod topology;
 pub mod transport;
 pub mod wait;
+pub mod wire;
 
 pub use inventory;
+pub use tracing;
 
 pub use bootstrap::{Activity, ActivityGuard, ActivityState, Bootstrap, HangPolicy, PeerHealth};
-pub use completion::{Completion, Handle};
+pub use completion::{Completion, Failed, Handle};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use heap::{Heap, HeapExport, MemfdHeap};

@@ -17,6 +17,7 @@ use crate::transport::{
     self, AmoOp, AmoWidth, Capabilities, Cmp, SignalOp, Transport, TransportInit,
 };
 use crate::wait::{self, ControlBlock, WaitPolicy};
+use crate::wire;
 use crate::{shmem_log, PeId};
 
 /// Where the symmetric heap's memory should live. On a host without an
@@ -101,14 +102,6 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[repr(u8)]
-enum CollectiveKind {
-    Malloc = 1,
-    Free = 2,
-    Realloc = 3,
-}
-
 impl Runtime {
     /// Joins the job: creates the heap, discovers the topology, builds the
     /// linked transports and the per-peer routing table (collective).
@@ -122,22 +115,23 @@ impl Runtime {
         // Agree on heap size and linked engines before touching anything else.
         let engines = transport::registered();
         let names: Vec<&str> = engines.iter().map(|r| r.name).collect();
-        let mut hello = (size as u64).to_le_bytes().to_vec();
-        hello.extend_from_slice(names.join(",").as_bytes());
-        let all = bootstrap.allgather(&hello)?;
+        let hello = wire::InitHello {
+            heap_size: size as u64,
+            engines: names.iter().map(|n| n.to_string()).collect(),
+        };
+        let all = bootstrap.allgather(&wire::encode(&hello))?;
         let mut sizes_differ = Vec::new();
         for (pe, m) in all.iter().enumerate() {
-            let their =
-                u64::from_le_bytes(m.get(..8).and_then(|b| b.try_into().ok()).unwrap_or([0; 8]));
-            if their != size as u64 {
-                sizes_differ.push(format!("PE {pe}: {their} bytes"));
+            let their: wire::InitHello = wire::decode("init hello", m)?;
+            if their.heap_size != size as u64 {
+                sizes_differ.push(format!("PE {pe}: {} bytes", their.heap_size));
             }
-            if m.get(8..) != Some(hello[8..].as_ref()) {
+            if their.engines != hello.engines {
                 return Err(Error::CollectiveMismatch {
                     op: "init",
                     details: format!(
                         "PE {pe} links engines [{}], PE {my_pe} links [{}]; run the same binary on every PE",
-                        String::from_utf8_lossy(m.get(8..).unwrap_or_default()),
+                        their.engines.join(","),
                         names.join(",")
                     ),
                 });
@@ -505,49 +499,26 @@ impl Runtime {
     // ----- memory management (collective) --------------------------------
 
     #[track_caller]
-    fn agree(&self, kind: CollectiveKind, a: u64, b: u64) -> Result<()> {
-        let call = match kind {
-            CollectiveKind::Malloc => "malloc",
-            CollectiveKind::Free => "free",
-            CollectiveKind::Realloc => "realloc",
-        };
+    fn agree(&self, mine: wire::AllocCall) -> Result<()> {
+        let call = mine.name();
         let seq = self.alloc_seq.fetch_add(1, Ordering::Relaxed) + 1;
         let _in_call = self.activity.enter(call, "", seq);
-        let mut msg = [0u8; 17];
-        msg[0] = kind as u8;
-        msg[1..9].copy_from_slice(&a.to_le_bytes());
-        msg[9..17].copy_from_slice(&b.to_le_bytes());
-        let all = self.bootstrap.allgather(&msg)?;
-        let name = |k: u8| match k {
-            1 => "malloc",
-            2 => "free",
-            3 => "realloc",
-            _ => "?",
-        };
-        let describe = |m: &[u8]| -> String {
-            if m.len() != 17 {
-                return format!("{} bytes of garbage", m.len());
-            }
-            let a = u64::from_le_bytes(m[1..9].try_into().unwrap_or_default());
-            let b = u64::from_le_bytes(m[9..17].try_into().unwrap_or_default());
-            match m[0] {
-                1 => format!("malloc(size {a}, align {b})"),
-                2 => format!("free(offset {a:#x})"),
-                3 => format!("realloc(offset {a:#x}, size {b})"),
-                k => format!("unknown op {k}"),
-            }
-        };
-        if all.iter().any(|m| m.as_slice() != msg) {
-            let details = all
+        let all = self.bootstrap.allgather(&wire::encode(&mine))?;
+        let theirs: Vec<Result<wire::AllocCall>> = all
+            .iter()
+            .map(|m| wire::decode("allocation agreement", m))
+            .collect();
+        if theirs.iter().any(|t| t.as_ref().ok() != Some(&mine)) {
+            let details = theirs
                 .iter()
                 .enumerate()
-                .map(|(pe, m)| format!("PE {pe}: {}", describe(m)))
+                .map(|(pe, t)| match t {
+                    Ok(c) => format!("PE {pe}: {c}"),
+                    Err(e) => format!("PE {pe}: {e}"),
+                })
                 .collect::<Vec<_>>()
                 .join("; ");
-            return Err(Error::CollectiveMismatch {
-                op: name(kind as u8),
-                details,
-            });
+            return Err(Error::CollectiveMismatch { op: call, details });
         }
         Ok(())
     }
@@ -561,7 +532,10 @@ impl Runtime {
     #[track_caller]
     pub fn malloc_bytes(&self, bytes: usize, align: usize) -> Result<usize> {
         self.live()?;
-        self.agree(CollectiveKind::Malloc, bytes as u64, align as u64)?;
+        self.agree(wire::AllocCall::Malloc {
+            size: bytes as u64,
+            align: align as u64,
+        })?;
         self.allocator().alloc(bytes, align)
     }
 
@@ -581,7 +555,9 @@ impl Runtime {
     #[track_caller]
     pub fn free_bytes(&self, offset: usize) -> Result<()> {
         self.live()?;
-        self.agree(CollectiveKind::Free, offset as u64, 0)?;
+        self.agree(wire::AllocCall::Free {
+            offset: offset as u64,
+        })?;
         self.allocator().free(offset)?;
         self.gens.retire(offset);
         Ok(())
@@ -592,7 +568,10 @@ impl Runtime {
     #[track_caller]
     pub fn realloc_bytes(&self, offset: usize, bytes: usize) -> Result<usize> {
         self.live()?;
-        self.agree(CollectiveKind::Realloc, offset as u64, bytes as u64)?;
+        self.agree(wire::AllocCall::Realloc {
+            offset: offset as u64,
+            size: bytes as u64,
+        })?;
         let new = {
             let mut a = self.allocator();
             let old_len = a.len_of(offset).ok_or(Error::InvalidFree { offset })?;
@@ -816,12 +795,15 @@ impl Runtime {
     /// copy finishes.
     fn fail_if_dies(&self, c: &Completion, pe: PeId) {
         let health = self.health.clone();
-        c.then(move || {
+        let check = move || {
             if health.word() != 0 {
                 health.check(Some(pe))?;
             }
             Ok(())
-        });
+        };
+        c.then(check.clone());
+        // Waits give up on a dead peer, and at SHMEM_WAIT_TIMEOUT.
+        c.watch(pe, check, self.policy.timeout);
     }
 
     /// Starts a get on the bulk engine and returns its completion.

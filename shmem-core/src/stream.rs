@@ -229,8 +229,15 @@ impl Stream {
             ),
             move |rt| {
                 let b = as_bytes(&src);
-                // SAFETY: `src` is owned by this closure until the wait returns.
-                unsafe { rt.put_async_raw(pe, dst.offset(), b.as_ptr(), b.len())? }.wait()
+                // SAFETY: `src` is owned by this closure until the wait
+                // returns, and by the completion after a wait that gave up.
+                let c = unsafe { rt.put_async_raw(pe, dst.offset(), b.as_ptr(), b.len())? };
+                let r = c.wait();
+                if r.is_err() {
+                    // A dead peer or a timeout: the engine may still read it.
+                    c.keep_until_done(src);
+                }
+                r
             },
         )
     }

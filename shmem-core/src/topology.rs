@@ -1,7 +1,8 @@
 //! Which PEs share a node, learned with one bootstrap allgather at init.
 
 use crate::bootstrap::Bootstrap;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::wire::{self, NodeRecord};
 use crate::PeId;
 
 /// Node membership of every PE of the job.
@@ -34,25 +35,24 @@ impl Topology {
         let key = node_key();
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
-        let mut msg = Vec::with_capacity(key.len() + 8);
-        msg.extend_from_slice(&std::process::id().to_le_bytes());
-        msg.extend_from_slice(&uid.to_le_bytes());
-        msg.extend_from_slice(key.as_bytes());
-        let all = bootstrap.allgather(&msg)?;
+        let mine = NodeRecord {
+            pid: std::process::id(),
+            uid,
+            node_key: key,
+        };
+        let all = bootstrap.allgather(&wire::encode(&mine))?;
         let mut keys: Vec<String> = Vec::new();
         let mut node_of = Vec::with_capacity(all.len());
         let mut pid_of = Vec::with_capacity(all.len());
         let mut uid_of = Vec::with_capacity(all.len());
-        for (pe, m) in all.iter().enumerate() {
-            if m.len() < 8 {
-                return Err(Error::Bootstrap(format!(
-                    "PE {pe} sent a {}-byte node record",
-                    m.len()
-                )));
-            }
-            pid_of.push(u32::from_le_bytes([m[0], m[1], m[2], m[3]]));
-            uid_of.push(u32::from_le_bytes([m[4], m[5], m[6], m[7]]));
-            let k = String::from_utf8_lossy(&m[8..]).into_owned();
+        for m in &all {
+            let NodeRecord {
+                pid,
+                uid,
+                node_key: k,
+            } = wire::decode("topology record", m)?;
+            pid_of.push(pid);
+            uid_of.push(uid);
             let idx = match keys.iter().position(|x| *x == k) {
                 Some(i) => i,
                 None => {

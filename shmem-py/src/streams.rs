@@ -178,6 +178,17 @@ impl Handle {
     fn take_keep(&self) -> Option<Keep> {
         self.keep.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
+
+    /// Releases the memory once the copy is over; a wait that gave up (dead
+    /// peer, SHMEM_WAIT_TIMEOUT) leaves it to the instance's next quiet,
+    /// since the engine may still use it.
+    fn release(&self) {
+        if let Some(k) = self.take_keep() {
+            if !self.completion.is_done() {
+                crate::state::keep_until_quiet(self.sh.instance(), k);
+            }
+        }
+    }
 }
 
 impl Drop for Handle {
@@ -185,6 +196,7 @@ impl Drop for Handle {
         if !self.completion.is_done() {
             let _ = self.completion.wait();
         }
+        self.release();
     }
 }
 
@@ -194,7 +206,7 @@ impl Handle {
     fn wait(&self, py: Python<'_>) -> PyResult<()> {
         let c = self.completion.clone();
         let r = crate::blocking::run(py, move || c.wait())?;
-        drop(self.take_keep());
+        self.release();
         r.map_err(with_context(|| self.what.clone()))
     }
     /// Whether the copy has completed.

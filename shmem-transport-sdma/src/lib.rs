@@ -26,14 +26,14 @@ use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use shmem_core::node_heaps::NodeHeaps;
 use shmem_core::wait::Span;
 use shmem_core::{
-    AmoOp, AmoWidth, Capabilities, Completion, Error, PeId, Result, SignalOp, Transport,
-    TransportInit, TransportRegistration,
+    AmoOp, AmoWidth, Capabilities, Completion, Error, PeId, PeerHealth, Result, SignalOp,
+    Transport, TransportInit, TransportRegistration,
 };
 
 /// Engine name.
@@ -53,6 +53,8 @@ shmem_core::inventory::submit! {
 }
 
 struct Descriptor {
+    /// The PE whose memory is read or written.
+    pe: PeId,
     src: *const u8,
     dst: *mut u8,
     len: usize,
@@ -70,9 +72,88 @@ unsafe impl Send for Descriptor {}
 struct Counters {
     issued: AtomicU64,
     completed: AtomicU64,
+    /// Descriptors queued and not yet completed, by the PE they touch (so
+    /// that a quiet that gives up can name the PE).
+    outstanding: Vec<AtomicU64>,
     quiet_waiters: AtomicUsize,
     lock: Mutex<()>,
     cv: Condvar,
+}
+
+/// What `quiet` watches while it waits for the engines.
+#[derive(Default, Clone)]
+struct QuietWatch {
+    /// Which PEs are known dead (fed by the bootstrap).
+    health: Option<Arc<PeerHealth>>,
+    /// `SHMEM_WAIT_TIMEOUT`, if set.
+    timeout: Option<Duration>,
+}
+
+impl Counters {
+    fn new(n_pes: usize) -> Counters {
+        Counters {
+            outstanding: (0..n_pes).map(|_| AtomicU64::new(0)).collect(),
+            ..Counters::default()
+        }
+    }
+
+    /// PEs with descriptors outstanding, with their counts.
+    fn busy_pes(&self) -> Vec<(PeId, u64)> {
+        self.outstanding
+            .iter()
+            .enumerate()
+            .map(|(pe, c)| (pe, c.load(Ordering::Acquire)))
+            .filter(|&(_, c)| c > 0)
+            .collect()
+    }
+
+    /// Waits until `target` descriptors have completed. Gives up when a PE
+    /// with copies outstanding is known dead, or at the watch's timeout.
+    fn wait_completed(&self, target: u64, watch: &QuietWatch) -> Result<()> {
+        for _ in 0..1000 {
+            if self.completed.load(Ordering::Acquire) >= target {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.quiet_waiters.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(&self.quiet_waiters);
+        let start = Instant::now();
+        let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        while self.completed.load(Ordering::Acquire) < target {
+            if let Some(h) = watch.health.as_ref().filter(|h| h.word() != 0) {
+                for (pe, _) in self.busy_pes() {
+                    h.check(Some(pe))?;
+                }
+            }
+            if let Some(t) = watch.timeout.filter(|t| start.elapsed() >= *t) {
+                let busy = self
+                    .busy_pes()
+                    .iter()
+                    .map(|(pe, n)| format!("{n} to or from PE {pe}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(Error::Timeout {
+                    what: format!(
+                        "SDMA quiet: copies still outstanding ({busy}) (SHMEM_WAIT_TIMEOUT)"
+                    ),
+                    secs: t.as_secs_f64(),
+                });
+            }
+            g = self
+                .cv
+                .wait_timeout(g, Duration::from_millis(10))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        Ok(())
+    }
 }
 
 /// The copy engine.
@@ -83,6 +164,7 @@ pub struct Sdma {
     tx: Option<Sender<Descriptor>>,
     engines: usize,
     counters: Arc<Counters>,
+    watch: QuietWatch,
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -110,12 +192,18 @@ fn engine_count(configured: u64) -> usize {
 fn create(init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
     let heaps = Arc::new(NodeHeaps::map(init, NAME)?);
     let engines = engine_count(init.config.sdma_engines);
-    Ok(Arc::new(Sdma::start(
-        init.bootstrap.rank(),
-        heaps,
-        init.topology.pid_of.clone(),
-        engines,
-    )?))
+    let health = Arc::new(PeerHealth::new());
+    init.bootstrap.watch_peers(health.clone());
+    let timeout = (!init.config.wait_timeout.is_zero()).then_some(init.config.wait_timeout);
+    Ok(Arc::new(
+        Sdma::start(
+            init.bootstrap.rank(),
+            heaps,
+            init.topology.pid_of.clone(),
+            engines,
+        )?
+        .watching(health, timeout),
+    ))
 }
 
 /// A copy engine must run beside the PE, not on its core: a launcher that
@@ -151,6 +239,9 @@ fn worker(rx: Receiver<Descriptor>, counters: Arc<Counters>) {
             unsafe { NodeHeaps::wake(base, d.dst as usize - base as usize, d.len) };
         }
         d.done.finish_part(Ok(()));
+        if let Some(c) = counters.outstanding.get(d.pe) {
+            c.fetch_sub(1, Ordering::AcqRel);
+        }
         counters.completed.fetch_add(1, Ordering::AcqRel);
         if counters.quiet_waiters.load(Ordering::Acquire) > 0 {
             let _g = counters.lock.lock();
@@ -168,7 +259,7 @@ impl Sdma {
         engines: usize,
     ) -> Result<Sdma> {
         let (tx, rx) = crossbeam_channel::unbounded::<Descriptor>();
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters::new(pids.len()));
         let mut workers = Vec::with_capacity(engines);
         for i in 0..engines.max(1) {
             let (rx, c) = (rx.clone(), counters.clone());
@@ -188,8 +279,20 @@ impl Sdma {
             tx: Some(tx),
             engines: engines.max(1),
             counters,
+            watch: QuietWatch::default(),
             workers,
         })
+    }
+
+    /// Makes `quiet` give up, naming the PE, once a PE it has copies
+    /// outstanding with is marked dead in `health`, or after `timeout`
+    /// (`SHMEM_WAIT_TIMEOUT`).
+    pub fn watching(mut self, health: Arc<PeerHealth>, timeout: Option<Duration>) -> Sdma {
+        self.watch = QuietWatch {
+            health: Some(health),
+            timeout,
+        };
+        self
     }
 
     /// Number of engine threads.
@@ -200,6 +303,7 @@ impl Sdma {
     /// Splits a copy into descriptors and queues them; returns the completion.
     fn issue(
         &self,
+        pe: PeId,
         src: *const u8,
         dst: *mut u8,
         len: usize,
@@ -220,9 +324,13 @@ impl Sdma {
         for _ in 0..parts {
             let n = chunk.min(len - off);
             self.counters.issued.fetch_add(1, Ordering::AcqRel);
+            if let Some(c) = self.counters.outstanding.get(pe) {
+                c.fetch_add(1, Ordering::AcqRel);
+            }
             // SAFETY: offsets stay within the `len`-byte ranges of the caller.
             let d = unsafe {
                 Descriptor {
+                    pe,
                     src: src.add(off),
                     dst: dst.add(off),
                     len: n,
@@ -366,7 +474,7 @@ impl Transport for Sdma {
         let base = self.heaps.require(pe)?;
         let wake = Some(base);
         // SAFETY: in-heap destination; the source's lifetime is the caller's contract.
-        self.issue(src, unsafe { base.add(dst) }, len, wake)
+        self.issue(pe, src, unsafe { base.add(dst) }, len, wake)
     }
 
     unsafe fn get_async(
@@ -378,7 +486,7 @@ impl Transport for Sdma {
     ) -> Result<Completion> {
         let base = self.heaps.require(pe)?;
         // SAFETY: in-heap source; the destination's lifetime is the caller's contract.
-        self.issue(unsafe { base.add(src) }, dst, len, None)
+        self.issue(pe, unsafe { base.add(src) }, dst, len, None)
     }
 
     unsafe fn put_to_address(
@@ -467,25 +575,73 @@ impl Transport for Sdma {
         Ok(())
     }
 
+    /// Waits until every copy issued so far has completed.
+    ///
+    /// # Errors
+    /// [`Error::PeerExited`] naming the PE once a PE with copies outstanding
+    /// is known dead, and [`Error::Timeout`] naming the PEs with copies
+    /// outstanding after `SHMEM_WAIT_TIMEOUT`; those copies may still be in
+    /// flight then.
     fn quiet(&self) -> Result<()> {
-        let c = &self.counters;
-        let target = c.issued.load(Ordering::Acquire);
-        for _ in 0..1000 {
-            if c.completed.load(Ordering::Acquire) >= target {
-                return Ok(());
+        let target = self.counters.issued.load(Ordering::Acquire);
+        self.counters.wait_completed(target, &self.watch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counters with one copy to `pe` issued that never completes (an
+    /// engine that cannot finish it).
+    fn stuck(n_pes: usize, pe: PeId) -> Counters {
+        let c = Counters::new(n_pes);
+        c.issued.store(1, Ordering::SeqCst);
+        c.outstanding[pe].store(1, Ordering::SeqCst);
+        c
+    }
+
+    #[test]
+    fn quiet_gives_up_on_a_dead_peer_and_names_it() {
+        let c = stuck(4, 2);
+        let health = Arc::new(PeerHealth::new());
+        let watch = QuietWatch {
+            health: Some(health.clone()),
+            timeout: None,
+        };
+        // A PE that has nothing outstanding dying does not end the wait.
+        health.mark_dead(3, "killed by signal 9");
+        let h2 = health.clone();
+        let t = std::thread::spawn(move || h2.mark_dead(2, "connection closed"));
+        match c.wait_completed(1, &watch) {
+            Err(Error::PeerExited { pe, detail }) => {
+                // The first PE that died is named as the likely cause.
+                assert_eq!(pe, 3, "{detail}");
+                assert!(detail.contains("PE 2"), "{detail}");
             }
-            std::hint::spin_loop();
+            other => panic!("{other:?}"),
         }
-        c.quiet_waiters.fetch_add(1, Ordering::SeqCst);
-        let mut g = c.lock.lock().unwrap_or_else(|p| p.into_inner());
-        while c.completed.load(Ordering::Acquire) < target {
-            g =
-                c.cv.wait_timeout(g, Duration::from_millis(10))
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|p| p.into_inner().0);
+        t.join().unwrap();
+        assert_eq!(c.quiet_waiters.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn quiet_gives_up_at_the_wait_timeout_naming_the_peer() {
+        let c = stuck(2, 1);
+        let watch = QuietWatch {
+            health: Some(Arc::new(PeerHealth::new())),
+            timeout: Some(Duration::from_millis(30)),
+        };
+        match c.wait_completed(1, &watch) {
+            Err(Error::Timeout { what, .. }) => {
+                assert!(what.contains("1 to or from PE 1"), "{what}");
+                assert!(what.contains("SHMEM_WAIT_TIMEOUT"), "{what}");
+            }
+            other => panic!("{other:?}"),
         }
-        drop(g);
-        c.quiet_waiters.fetch_sub(1, Ordering::SeqCst);
-        Ok(())
+        // Once the copy completes, quiet succeeds.
+        c.outstanding[1].store(0, Ordering::SeqCst);
+        c.completed.store(1, Ordering::SeqCst);
+        c.wait_completed(1, &watch).unwrap();
     }
 }

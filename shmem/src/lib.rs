@@ -41,8 +41,8 @@ pub use shmem_collectives as collectives;
 pub use shmem_collectives::{Collectives, KvCacheLayout, ReduceOp, Team};
 pub use shmem_core::config::{Config, VARIABLES};
 pub use shmem_core::{
-    AtomicElement, AtomicInteger, Bootstrap, Cmp, Completion, Element, Error, Event, Handle,
-    MemType, PeId, Result, Runtime, Signal, SignalOp, Stream, SymBuf, SymRef, SymSlice,
+    AtomicElement, AtomicInteger, Bootstrap, Cmp, Completion, Element, Error, Event, Failed,
+    Handle, MemType, PeId, Result, Runtime, Signal, SignalOp, Stream, SymBuf, SymRef, SymSlice,
     WaitElement,
 };
 pub use shmem_launch as launch;

@@ -145,7 +145,7 @@ pub fn overlap(ctx: &mut Ctx<'_>) -> Result<Vec<Row>> {
                 }
                 let per_unit = us_since(t1) / units as f64;
                 o.handle_xfer.push(us_since(t0));
-                src = h.wait()?;
+                src = h.wait().map_err(shmem::Error::from)?;
                 o.handle_ratio.push(solo / per_unit);
 
                 // The ceiling on this machine: the same compute beside a
