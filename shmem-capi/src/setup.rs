@@ -29,7 +29,41 @@ pub(crate) fn init_with(join: impl FnOnce() -> Result<shmem::Shmem>) -> Result<(
     allow_peer_access();
     // Before the runtime starts its threads.
     crate::statics::prepare();
-    state::install(join()?)
+    state::install(join()?)?;
+    finalize_at_exit();
+    Ok(())
+}
+
+#[cfg(target_env = "gnu")]
+extern "C" {
+    /// glibc's `on_exit`: like `atexit`, with the exit status.
+    fn on_exit(f: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
+}
+
+/// A program that returns from `main` (or calls `exit(0)`) without
+/// `shmem_finalize` finalizes there, collectively, as OpenSHMEM programs
+/// written for `start_pes` expect (the OSU benchmarks, for one); otherwise
+/// a PE that is done first would leave while the others still read its
+/// memory. A non-zero exit status, `shmem_global_exit` or a fatal error
+/// leaves at once, as before.
+fn finalize_at_exit() {
+    #[cfg(target_env = "gnu")]
+    {
+        extern "C" fn at_exit(status: c_int, _arg: *mut c_void) {
+            if status != 0 || state::leaving() || !state::is_initialized() {
+                return;
+            }
+            let r = std::panic::catch_unwind(state::finalize);
+            if let Ok(Err(e)) = r {
+                eprintln!("shmem: the implicit shmem_finalize at exit failed: {e}");
+            }
+        }
+        static REGISTERED: std::sync::Once = std::sync::Once::new();
+        // SAFETY: registers a plain extern "C" function with no argument.
+        REGISTERED.call_once(|| unsafe {
+            on_exit(at_exit, std::ptr::null_mut());
+        });
+    }
 }
 
 fn init_or_exit() {
@@ -84,6 +118,7 @@ export!("_my_pe", fn() -> c_int { ffi("_my_pe", |st| Ok(st.rt.my_pe() as c_int))
 export!("_num_pes", fn() -> c_int { ffi("_num_pes", |st| Ok(st.rt.n_pes() as c_int)) });
 
 export!("shmem_global_exit", fn(status: c_int) -> () {
+    state::mark_leaving();
     ffi_bare("shmem_global_exit", || match state::current() {
         Ok(st) => {
             let why = format!("shmem_global_exit({status}) called by PE {}", st.rt.my_pe());

@@ -62,6 +62,20 @@ pub(crate) fn current() -> std::result::Result<&'static State, ()> {
     Ok(unsafe { &*p })
 }
 
+/// Set when the process is ending through `shmem_global_exit` or a fatal
+/// error: no implicit finalize at exit then.
+static LEAVING: AtomicBool = AtomicBool::new(false);
+
+/// Records that the process is ending without a collective finalize.
+pub(crate) fn mark_leaving() {
+    LEAVING.store(true, Ordering::Release);
+}
+
+/// See [`mark_leaving`].
+pub(crate) fn leaving() -> bool {
+    LEAVING.load(Ordering::Acquire)
+}
+
 /// Why [`current`] found no PE.
 pub(crate) fn not_initialized_text() -> String {
     if FINALIZED.load(Ordering::Acquire) {
@@ -77,6 +91,7 @@ pub(crate) fn is_initialized() -> bool {
 
 /// Prints why `name` failed and ends the job.
 pub(crate) fn fatal(name: &str, msg: &str) -> ! {
+    mark_leaving();
     let st = STATE.read().ok().and_then(|g| g.clone());
     match st {
         Some(st) => {

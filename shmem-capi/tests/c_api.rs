@@ -33,6 +33,7 @@ const PROGRAMS: &[&str] = &[
     "test_any_fair",
     "info_name",
     "static_mapped",
+    "no_finalize",
 ];
 
 fn crate_dir() -> PathBuf {
@@ -236,6 +237,11 @@ fn static_data_is_mapped_between_local_pes_or_reached_through_the_kernel() {
             r.summary().unwrap_or_default()
         );
     }
+}
+
+#[test]
+fn returning_from_main_without_finalize_finalizes_at_exit() {
+    passes("no_finalize");
 }
 
 #[test]
