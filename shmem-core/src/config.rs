@@ -281,6 +281,9 @@ config_table! {
     /// Size from which non-blocking copies go to the copy engine.
     sdma_threshold: ByteSize = "SHMEM_SDMA_THRESHOLD", "4M",
         "Non-blocking copies of at least this size (and all stream copies) go through the SDMA engine when it is linked";
+    /// Engines loaded from shared libraries at init.
+    transport_plugins: String = "SHMEM_TRANSPORT_PLUGINS", "",
+        "Colon-separated paths of transport plugins (.so files exporting the C-ABI engine vtable) loaded at init, beside the linked engines";
     /// Store ports for instances above 0.
     instance_port_range: String = "SHMEM_INSTANCE_PORT_RANGE", "",
         "start:end ports for the config stores of instances 1.. started from a launcher (instance k uses start+k-1)";

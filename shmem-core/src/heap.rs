@@ -27,7 +27,15 @@ pub enum HeapExport {
 }
 
 /// The symmetric heap of this PE.
-pub trait Heap: Send + Sync + std::fmt::Debug {
+///
+/// # Safety
+/// Engines and the runtime write through [`Heap::base`] without further
+/// checks: an implementation must return a mapping of [`Heap::size`]
+/// readable and writable bytes that stays valid, at the same address, for
+/// as long as the value lives, and [`Heap::export`] must describe that same
+/// memory. The first [`RESERVED_BYTES`] are the runtime's (its wait control
+/// block) and must start zeroed.
+pub unsafe trait Heap: Send + Sync + std::fmt::Debug {
     /// First byte of the heap in this process.
     fn base(&self) -> NonNull<u8>;
     /// Size in bytes, identical on every PE.
@@ -133,7 +141,9 @@ fn physical_memory() -> u64 {
     pages as u64 * page as u64
 }
 
-impl Heap for MemfdHeap {
+// SAFETY: a zero-filled shared mapping of `size` bytes made in `new`,
+// unmapped only in `Drop`; the fd is the memfd behind it.
+unsafe impl Heap for MemfdHeap {
     fn base(&self) -> NonNull<u8> {
         self.base
     }

@@ -40,6 +40,7 @@ pub mod heap;
 pub mod log;
 pub mod net;
 pub mod node_heaps;
+pub mod plugin;
 pub mod runtime;
 pub mod stream;
 pub mod sym;

@@ -120,8 +120,8 @@ impl Runtime {
         let size = opts.mem_size.unwrap_or(config.symmetric_size.0);
 
         // Agree on heap size and linked engines before touching anything else.
-        let engines = transport::registered();
-        let names: Vec<&str> = engines.iter().map(|r| r.name).collect();
+        let engines = transport::available(&config)?;
+        let names: Vec<&str> = engines.iter().map(|r| r.name()).collect();
         let mut hello = (size as u64).to_le_bytes().to_vec();
         hello.extend_from_slice(names.join(",").as_bytes());
         let all = bootstrap.allgather(&hello)?;
@@ -166,7 +166,7 @@ impl Runtime {
         let (transports, routes) = if forced.is_empty() || forced == "AUTO" {
             let mut built = Vec::new();
             for reg in &engines {
-                built.push((reg.create)(&init)?);
+                built.push(reg.create(&init)?);
             }
             let mut routes = Vec::with_capacity(n_pes);
             for pe in 0..n_pes {
@@ -180,14 +180,14 @@ impl Runtime {
             }
             (built, routes)
         } else {
-            let reg = engines.iter().find(|r| r.name == forced).ok_or_else(|| {
+            let reg = engines.iter().find(|r| r.name() == forced).ok_or_else(|| {
                 Error::EngineUnavailable {
                     requested: config.test_engine.clone(),
                     reason: "not linked into this program (SHMEM_TEST_ENGINE)".into(),
                     available: transport::registered_names(),
                 }
             })?;
-            let t = (reg.create)(&init)?;
+            let t = reg.create(&init)?;
             if let Some(pe) = (0..n_pes).find(|&pe| !t.can_reach(pe)) {
                 return Err(Error::EngineUnavailable {
                     requested: config.test_engine.clone(),

@@ -326,9 +326,76 @@ pub fn registered() -> Vec<&'static TransportRegistration> {
     v
 }
 
-/// Names of the linked engines, for error messages.
+/// An engine the runtime can build: linked in, or loaded from a plugin.
+#[derive(Debug, Clone)]
+pub enum EngineSource {
+    /// Submitted with `inventory` by a linked crate.
+    Linked(&'static TransportRegistration),
+    /// Loaded from `SHMEM_TRANSPORT_PLUGINS`.
+    Plugin(Arc<crate::plugin::LoadedPlugin>),
+}
+
+impl fmt::Debug for TransportRegistration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TransportRegistration")
+            .field("name", &self.name)
+            .field("priority", &self.priority)
+            .finish()
+    }
+}
+
+impl EngineSource {
+    /// Engine name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EngineSource::Linked(r) => r.name,
+            EngineSource::Plugin(p) => p.name(),
+        }
+    }
+    /// Routing priority.
+    pub fn priority(&self) -> u32 {
+        match self {
+            EngineSource::Linked(r) => r.priority,
+            EngineSource::Plugin(p) => p.priority(),
+        }
+    }
+    /// Builds the engine (collective).
+    ///
+    /// # Errors
+    /// What the engine's constructor reports.
+    pub fn create(&self, init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
+        match self {
+            EngineSource::Linked(r) => (r.create)(init),
+            EngineSource::Plugin(p) => p.create(init),
+        }
+    }
+}
+
+/// The linked engines and those of `SHMEM_TRANSPORT_PLUGINS`, highest
+/// priority first (ties by name).
+///
+/// # Errors
+/// [`crate::Error::Plugin`] when a plugin cannot be loaded or its engine
+/// has the name of a linked engine.
+pub fn available(config: &Config) -> Result<Vec<EngineSource>> {
+    let mut v: Vec<EngineSource> = registered().into_iter().map(EngineSource::Linked).collect();
+    for p in crate::plugin::load_configured(config)? {
+        if v.iter().any(|e| e.name() == p.name()) {
+            return Err(crate::Error::Plugin {
+                path: p.path().to_string(),
+                reason: format!("its engine {} is already linked or loaded", p.name()),
+            });
+        }
+        v.push(EngineSource::Plugin(p));
+    }
+    v.sort_by(|a, b| b.priority().cmp(&a.priority()).then(a.name().cmp(b.name())));
+    Ok(v)
+}
+
+/// Names of the linked engines and loaded plugins, for error messages.
 pub fn registered_names() -> String {
-    let names: Vec<_> = registered().iter().map(|r| r.name).collect();
+    let mut names: Vec<_> = registered().iter().map(|r| r.name).collect();
+    names.extend(crate::plugin::loaded_names());
     if names.is_empty() {
         "none (enable a transport feature of the `shmem` crate)".to_string()
     } else {

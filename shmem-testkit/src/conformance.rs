@@ -71,8 +71,21 @@ pub fn run_named(name: &str, engine: &str) -> Result<(), Box<dyn std::error::Err
 /// # Errors
 /// The first scenario that fails, named.
 pub fn run_all(engine: &str) -> Result<(), Box<dyn std::error::Error>> {
+    run_all_with(&crate::Job::new(1, engine))
+}
+
+/// Runs every scenario with `job`'s engine, heap, timeout and settings
+/// (its PE count is replaced by each scenario's).
+///
+/// # Errors
+/// The first scenario that fails, named.
+pub fn run_all_with(job: &crate::Job) -> Result<(), Box<dyn std::error::Error>> {
     for (name, n, f) in SCENARIOS {
-        crate::run_pes(*n, engine, f).map_err(|e| format!("scenario {name}: {e}"))?;
+        let job = crate::Job {
+            n_pes: *n,
+            ..job.clone()
+        };
+        job.run(f).map_err(|e| format!("scenario {name}: {e}"))?;
     }
     Ok(())
 }

@@ -111,6 +111,9 @@ pub struct Job {
     /// After this long the watchdog fails the job's waits and collectives;
     /// after twice as long it aborts the process (a hang must fail).
     pub timeout: Duration,
+    /// `SHMEM_*` settings of the job, over the process environment (e.g.
+    /// `SHMEM_TRANSPORT_PLUGINS`).
+    pub env: Vec<(String, String)>,
 }
 
 /// The PEs of a job that failed, each with its failure.
@@ -142,6 +145,7 @@ impl Job {
             engine: engine.to_string(),
             heap_size: 16 << 20,
             timeout: Duration::from_secs(120),
+            env: Vec::new(),
         }
     }
 
@@ -236,7 +240,13 @@ impl Job {
     where
         F: Fn(&Runtime) -> Outcome,
     {
-        let mut config = Config::from_lookup(|k| std::env::var(k).ok())?;
+        let mut config =
+            Config::from_lookup(
+                |k| match self.env.iter().rev().find(|(name, _)| name == k) {
+                    Some((_, v)) => Some(v.clone()),
+                    None => std::env::var(k).ok(),
+                },
+            )?;
         config.test_engine = self.engine.clone();
         let rt = Runtime::new(
             Arc::new(job.member(pe)?),
