@@ -183,7 +183,7 @@ impl Runtime {
             let reg = engines.iter().find(|r| r.name() == forced).ok_or_else(|| {
                 Error::EngineUnavailable {
                     requested: config.test_engine.clone(),
-                    reason: "not linked into this program (SHMEM_TEST_ENGINE)".into(),
+                    reason: "neither linked into this program nor loaded from SHMEM_TRANSPORT_PLUGINS (SHMEM_TEST_ENGINE)".into(),
                     available: transport::registered_names(),
                 }
             })?;
