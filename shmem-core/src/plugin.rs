@@ -621,8 +621,9 @@ impl Transport for PluginTransport {
         // SAFETY: as above.
         unsafe { (self.plugin.vtable.can_reach)(self.engine, pe) != 0 }
     }
-    fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
-        // SAFETY: as above.
+    unsafe fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
+        // SAFETY: a live engine; the caller's contract (PE and offset
+        // checked) is the plugin's.
         NonNull::new(unsafe { (self.plugin.vtable.peer_ptr)(self.engine, pe, offset) })
     }
     unsafe fn put(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
@@ -649,7 +650,7 @@ impl Transport for PluginTransport {
             (self.plugin.vtable.get)(self.engine, pe, src, dst, len, 1, e, el)
         })
     }
-    fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
+    unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
         let (code, operand, cond) = match op {
             AmoOp::Fetch => (amo_code::FETCH, 0, 0),
             AmoOp::Set(v) => (amo_code::SET, v, 0),
@@ -678,7 +679,7 @@ impl Transport for PluginTransport {
         })?;
         Ok(old)
     }
-    fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
+    unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
         // SAFETY: a live engine.
         self.call(|e, el| unsafe {
             (self.plugin.vtable.signal)(self.engine, pe, sig, signal_op_code(op), value, e, el)
@@ -1008,10 +1009,9 @@ pub mod guest {
         unsafe { this(engine) }.can_reach(pe) as i32
     }
     unsafe extern "C" fn peer_ptr(engine: *mut c_void, pe: usize, offset: usize) -> *mut u8 {
-        // SAFETY: as above.
-        unsafe { this(engine) }
-            .peer_ptr(pe, offset)
-            .map_or(std::ptr::null_mut(), |p| p.as_ptr())
+        // SAFETY: a live engine; the host's runtime checked PE and offset
+        // (the ABI's contract for every call).
+        unsafe { this(engine).peer_ptr(pe, offset) }.map_or(std::ptr::null_mut(), |p| p.as_ptr())
     }
     #[allow(clippy::too_many_arguments)]
     unsafe extern "C" fn put(
@@ -1109,13 +1109,11 @@ pub mod guest {
                 };
             }
         };
-        // SAFETY: as in put.
-        let r = unsafe { this(engine) }
-            .atomic(pe, offset, width, op)
-            .map(|v| {
-                // SAFETY: valid out-pointer per the ABI.
-                unsafe { *old = v };
-            });
+        // SAFETY: as in put: the host's runtime checked PE, range and alignment.
+        let r = unsafe { this(engine).atomic(pe, offset, width, op) }.map(|v| {
+            // SAFETY: valid out-pointer per the ABI.
+            unsafe { *old = v };
+        });
         // SAFETY: forwarded.
         unsafe { status(r, err, err_len) }
     }
@@ -1135,8 +1133,8 @@ pub mod guest {
         err: *mut c_char,
         err_len: usize,
     ) -> i32 {
-        // SAFETY: as in put.
-        let r = signal_op(op).and_then(|op| unsafe { this(engine) }.signal(pe, sig, op, value));
+        // SAFETY: as in put: the host's runtime checked PE and signal word.
+        let r = signal_op(op).and_then(|op| unsafe { this(engine).signal(pe, sig, op, value) });
         // SAFETY: forwarded.
         unsafe { status(r, err, err_len) }
     }

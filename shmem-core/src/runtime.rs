@@ -217,7 +217,8 @@ impl Runtime {
                 if pe == my_pe {
                     Some(heap.base())
                 } else {
-                    t.peer_ptr(pe, 0)
+                    // SAFETY: `pe < n_pes` and offset 0 is inside every heap.
+                    unsafe { t.peer_ptr(pe, 0) }
                 }
             })
             .collect();
@@ -1071,7 +1072,9 @@ impl Runtime {
             });
         }
         let t = self.route(pe)?;
-        t.atomic(pe, offset, width, op)
+        // SAFETY: `route` checked the PE, `check_atomic` the range and
+        // alignment of the word.
+        unsafe { t.atomic(pe, offset, width, op) }
     }
 
     fn amo<T: AtomicElement>(&self, target: SymRef<T>, pe: PeId, op: AmoOp) -> Result<T> {
@@ -1287,7 +1290,9 @@ impl Runtime {
             };
             return Ok(());
         }
-        self.route(pe)?.signal(pe, sig.offset(), op, value)
+        let t = self.route(pe)?;
+        // SAFETY: `route` checked the PE, `check_signal` the word.
+        unsafe { t.signal(pe, sig.offset(), op, value) }
     }
 
     /// Reads this PE's signal word.
@@ -1366,7 +1371,9 @@ impl Runtime {
         let base = if pe == self.my_pe {
             Some(self.base)
         } else {
-            self.route(pe)?.peer_ptr(pe, 0)
+            let t = self.route(pe)?;
+            // SAFETY: `route` checked the PE; offset 0 is in every heap.
+            unsafe { t.peer_ptr(pe, 0) }
         };
         let Some(base) = base else {
             return Err(Error::invalid(
@@ -1789,7 +1796,8 @@ impl Runtime {
         if pe == self.my_pe {
             return self.local_ptr(offset).map(Some);
         }
-        Ok(t.peer_ptr(pe, offset))
+        // SAFETY: `route` checked the PE, `check_range` the offset.
+        Ok(unsafe { t.peer_ptr(pe, offset) })
     }
 
     /// Wakes `pe`'s blocked waiters after its memory changed outside the
@@ -1800,7 +1808,8 @@ impl Runtime {
         let p = if pe == self.my_pe {
             Some(self.base)
         } else {
-            t.peer_ptr(pe, 0)
+            // SAFETY: `route` checked the PE; offset 0 is in every heap.
+            unsafe { t.peer_ptr(pe, 0) }
         };
         if let Some(p) = p {
             // SAFETY: offset 0 of a mapped heap is its control block.

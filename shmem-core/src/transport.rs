@@ -154,7 +154,12 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// Whether this engine can reach `pe`.
     fn can_reach(&self, pe: PeId) -> bool;
     /// A load/store pointer to `offset` in `pe`'s heap, if the engine maps it.
-    fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
+    ///
+    /// # Safety
+    /// `pe` must be a PE of the job and `offset` at most the heap size (the
+    /// runtime checks both); an engine may compute the pointer without
+    /// checking them.
+    unsafe fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
         let _ = (pe, offset);
         None
     }
@@ -254,14 +259,25 @@ pub trait Transport: Send + Sync + fmt::Debug {
     }
     /// Performs `op` on the `width`-wide word at `offset` of `pe`; returns
     /// the previous value.
-    fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64>;
+    ///
+    /// # Safety
+    /// `pe` must be a PE of the job, `[offset, offset + width)` inside the
+    /// symmetric heap (past its reserved first page) and `offset` aligned to
+    /// `width`; the runtime checks all three before calling, and an engine
+    /// may touch the word without checking them again.
+    unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64>;
     /// Updates the 64-bit signal word at `sig` of `pe`.
-    fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()>;
+    ///
+    /// # Safety
+    /// As for [`Transport::atomic`] with an 8-byte word at `sig`.
+    unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()>;
     /// Puts data, then updates the signal; the signal is visible only after
     /// the data. With `nbi`, `src` must stay valid until `quiet`.
     ///
     /// # Safety
-    /// `src` must be valid for reads of `len` bytes (until `quiet` if `nbi`).
+    /// `src` must be valid for reads of `len` bytes (until `quiet` if `nbi`);
+    /// `[dst, dst + len)` inside the heap and `sig` as for
+    /// [`Transport::signal`] (the runtime checks them).
     #[allow(clippy::too_many_arguments)]
     unsafe fn put_signal(
         &self,
@@ -278,7 +294,8 @@ pub trait Transport: Send + Sync + fmt::Debug {
         // SAFETY: forwarded contract.
         unsafe { self.put(pe, dst, src, len)? };
         self.fence()?;
-        self.signal(pe, sig, op, value)
+        // SAFETY: the caller's contract covers `sig` as for `signal`.
+        unsafe { self.signal(pe, sig, op, value) }
     }
     /// Orders earlier puts/AMOs to each PE before later ones to the same PE.
     fn fence(&self) -> Result<()>;

@@ -317,7 +317,7 @@ impl Transport for Sdma {
         self.heaps.base(pe).is_some()
     }
 
-    fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
+    unsafe fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
         let b = self.heaps.base(pe)?;
         // SAFETY: the runtime checked offset <= heap size.
         NonNull::new(unsafe { b.as_ptr().add(offset) })
@@ -413,13 +413,13 @@ impl Transport for Sdma {
         self.remote_vm(pe, addr, dst, len, false)
     }
 
-    fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
+    unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
         let base = self.heaps.require(pe)?;
         // SAFETY: offset in range and aligned (checked by the runtime).
         Ok(unsafe { NodeHeaps::atomic(base, offset, width, op) })
     }
 
-    fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
+    unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
         let base = self.heaps.require(pe)?;
         // SAFETY: aligned, in-heap signal word (checked by the runtime).
         unsafe { NodeHeaps::signal(base, sig, op, value, Span::bytes(0, 0)) };

@@ -57,7 +57,7 @@ impl Transport for Memcpy {
         self.heaps.base(pe).is_some()
     }
 
-    fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
+    unsafe fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
         if offset > self.heaps.heap_size() {
             return None;
         }
@@ -81,13 +81,13 @@ impl Transport for Memcpy {
         Ok(())
     }
 
-    fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
+    unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
         let base = self.heaps.require(pe)?;
         // SAFETY: the runtime checked range and alignment.
         Ok(unsafe { NodeHeaps::atomic(base, offset, width, op) })
     }
 
-    fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
+    unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
         let base = self.heaps.require(pe)?;
         // SAFETY: an in-heap, aligned signal word (checked by the runtime).
         unsafe { NodeHeaps::signal(base, sig, op, value, Span::bytes(0, 0)) };
