@@ -37,6 +37,7 @@ pub mod completion;
 pub mod config;
 pub mod error;
 pub mod heap;
+pub mod loadstore;
 pub mod log;
 pub mod net;
 pub mod node_heaps;

@@ -720,9 +720,7 @@ impl Runtime {
         if let Some(base) = self.direct(pe) {
             // SAFETY: [dst, dst+len) lies in `pe`'s mapped heap (checked);
             // `src` is a live slice.
-            unsafe {
-                crate::node_heaps::NodeHeaps::put(base.as_ptr(), dst, src.as_ptr(), src.len())
-            };
+            unsafe { crate::loadstore::put(base.as_ptr(), dst, src.as_ptr(), src.len()) };
             return Ok(());
         }
         let t = self.route(pe)?;
@@ -1067,9 +1065,7 @@ impl Runtime {
         self.check_atomic(offset, width.bytes())?;
         if let Some(base) = self.direct(pe) {
             // SAFETY: in-heap, aligned word of `pe`'s mapped heap (checked).
-            return Ok(unsafe {
-                crate::node_heaps::NodeHeaps::atomic(base.as_ptr(), offset, width, op)
-            });
+            return Ok(unsafe { crate::loadstore::atomic(base.as_ptr(), offset, width, op) });
         }
         let t = self.route(pe)?;
         // SAFETY: `route` checked the PE, `check_atomic` the range and
@@ -1280,7 +1276,7 @@ impl Runtime {
         if let Some(base) = self.direct(pe) {
             // SAFETY: in-heap, aligned signal word of `pe`'s mapped heap (checked).
             unsafe {
-                crate::node_heaps::NodeHeaps::signal(
+                crate::loadstore::signal(
                     base.as_ptr(),
                     sig.offset(),
                     op,

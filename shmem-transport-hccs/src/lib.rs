@@ -21,12 +21,12 @@ use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
-use shmem_core::node_heaps::NodeHeaps;
 use shmem_core::wait::Span;
 use shmem_core::{
     AmoOp, AmoWidth, Capabilities, PeId, Result, SignalOp, Transport, TransportInit,
     TransportRegistration,
 };
+use shmem_shm::NodeHeaps;
 
 /// Engine name.
 pub const NAME: &str = "HCCS";

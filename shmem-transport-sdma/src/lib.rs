@@ -29,12 +29,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
-use shmem_core::node_heaps::NodeHeaps;
 use shmem_core::wait::Span;
 use shmem_core::{
     AmoOp, AmoWidth, Capabilities, Completion, Error, PeId, Result, SignalOp, Transport,
     TransportInit, TransportRegistration,
 };
+use shmem_shm::NodeHeaps;
 
 /// Engine name.
 pub const NAME: &str = "SDMA";

@@ -19,9 +19,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
-use shmem_core::node_heaps::NodeHeaps;
 use shmem_core::wait::Span;
 use shmem_core::{AmoOp, AmoWidth, Capabilities, PeId, Result, SignalOp, Transport, TransportInit};
+use shmem_shm::NodeHeaps;
 
 /// Engine name (what `SHMEM_TEST_ENGINE` says).
 pub const NAME: &str = "MEMCPY";
