@@ -52,6 +52,13 @@ shmem_core::inventory::submit! {
     TransportRegistration { name: NAME, priority: 50, create }
 }
 
+shmem_core::config_var!(
+    "SHMEM_SDMA_ENGINES",
+    u64,
+    "0",
+    "Copy-engine threads of the SDMA transport (0: half the cores, at least 1, at most 8)"
+);
+
 struct Descriptor {
     src: *const u8,
     dst: *mut u8,
@@ -109,7 +116,7 @@ fn engine_count(configured: u64) -> usize {
 
 fn create(init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
     let heaps = Arc::new(NodeHeaps::map(init, NAME)?);
-    let engines = engine_count(init.config.sdma_engines);
+    let engines = engine_count(init.config.var::<u64>("SHMEM_SDMA_ENGINES")?);
     Ok(Arc::new(Sdma::start(
         init.bootstrap.rank(),
         heaps,
