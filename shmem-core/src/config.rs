@@ -285,6 +285,9 @@ config_table! {
     /// Bytes of symmetric heap per PE.
     symmetric_size: ByteSize = "SHMEM_SYMMETRIC_SIZE", "256M",
         "Symmetric heap size per PE (K/M/G suffixes); init's mem_size overrides it";
+    /// Kind of heap backing.
+    heap: String = "SHMEM_HEAP", "memfd",
+        "Symmetric heap backing, by registered kind (memfd: shared memory that same-node engines map)";
     /// Forced engine for every peer, empty for automatic routing.
     test_engine: String = "SHMEM_TEST_ENGINE", "",
         "Force one engine for every peer, by name (case-insensitive): a linked one or one loaded from SHMEM_TRANSPORT_PLUGINS; empty routes automatically";

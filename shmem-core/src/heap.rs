@@ -17,13 +17,72 @@ pub const RESERVED_BYTES: usize = 4096;
 pub const MIN_ALIGN: usize = 64;
 
 /// How a heap can be reached by a transport of another process.
-#[derive(Debug, Clone, Copy)]
+///
+/// Open to new kinds of memory: a heap that is neither a mappable
+/// descriptor nor unexportable (device memory, a registered RDMA region)
+/// says what it is with [`HeapExport::Other`], and the engines that know
+/// that kind downcast the handle.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum HeapExport {
     /// A file descriptor that maps the heap (`memfd`), for same-node peers.
     Fd(RawFd),
+    /// Any other kind of handle, named by `kind` (e.g. `"cuda-ipc"`).
+    Other {
+        /// What the handle is, for engines to recognise and for errors.
+        kind: &'static str,
+        /// The handle itself.
+        handle: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    },
     /// The heap cannot be exported.
     None,
+}
+
+/// A kind of heap backing, submitted with `inventory::submit!` by the
+/// crate that provides it (`memfd` is core's); `SHMEM_HEAP` picks one.
+pub struct HeapRegistration {
+    /// Name as `SHMEM_HEAP` spells it (lower case).
+    pub name: &'static str,
+    /// Creates and maps a zero-filled heap of `size` bytes for this PE.
+    pub create: fn(size: usize) -> Result<std::sync::Arc<dyn Heap>>,
+}
+
+inventory::collect!(HeapRegistration);
+
+fn create_memfd(size: usize) -> Result<std::sync::Arc<dyn Heap>> {
+    Ok(std::sync::Arc::new(MemfdHeap::new(size)?))
+}
+
+inventory::submit! {
+    HeapRegistration { name: "memfd", create: create_memfd }
+}
+
+/// Names of the registered heap kinds, sorted.
+pub fn heap_kinds() -> Vec<&'static str> {
+    let mut v: Vec<_> = inventory::iter::<HeapRegistration>
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Creates a heap of the registered kind `name` (case-insensitive).
+///
+/// # Errors
+/// [`Error::Config`] naming `SHMEM_HEAP` and the known kinds when no crate
+/// registers `name`; the kind's own error when it cannot be created.
+pub fn create_heap(name: &str, size: usize) -> Result<std::sync::Arc<dyn Heap>> {
+    let want = name.trim().to_ascii_lowercase();
+    let reg = inventory::iter::<HeapRegistration>
+        .into_iter()
+        .find(|r| r.name == want)
+        .ok_or_else(|| Error::Config {
+            name: "SHMEM_HEAP",
+            value: name.to_string(),
+            reason: format!("no such heap kind; registered: {}", heap_kinds().join(", ")),
+        })?;
+    (reg.create)(size)
 }
 
 /// The symmetric heap of this PE.

@@ -55,8 +55,8 @@ pub use bootstrap::{Activity, ActivityGuard, ActivityState, Bootstrap, HangPolic
 pub use completion::{Completion, Handle};
 pub use config::Config;
 pub use error::{Error, Result};
-pub use heap::{Heap, HeapExport, MemfdHeap};
-pub use runtime::{as_bytes, as_bytes_mut, MemType, Runtime, RuntimeOptions};
+pub use heap::{Heap, HeapExport, HeapRegistration, MemfdHeap};
+pub use runtime::{as_bytes, as_bytes_mut, MemType, Runtime, RuntimeOptions, RuntimeParts};
 pub use stream::{Event, Stream};
 pub use sym::{
     AtomicElement, AtomicInteger, Element, Signal, SymBuf, SymRef, SymSlice, WaitElement,

@@ -10,7 +10,7 @@ use crate::bootstrap::{Activity, Bootstrap, HangPolicy, PeerHealth};
 use crate::completion::{Completion, Handle};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::heap::{Allocator, Generations, Heap, MemfdHeap};
+use crate::heap::{Allocator, Generations, Heap};
 use crate::sym::{AtomicElement, AtomicInteger, Element, SymBuf, SymRef, SymSlice, WaitElement};
 use crate::topology::Topology;
 use crate::transport::{
@@ -109,18 +109,79 @@ enum CollectiveKind {
     Realloc = 3,
 }
 
+/// What a PE is built from besides the bootstrap and options, when the
+/// defaults (a heap of kind `SHMEM_HEAP`, the linked and plugin engines)
+/// are not what the program wants ([`Runtime::with_parts`]).
+#[derive(Default)]
+pub struct RuntimeParts {
+    /// This PE's heap; its size is the job's heap size. `None`: create one
+    /// of kind `SHMEM_HEAP`.
+    pub heap: Option<Arc<dyn Heap>>,
+    /// Engines offered beside the linked and plugin ones (every PE must
+    /// offer the same).
+    pub extra_engines: Vec<&'static transport::TransportRegistration>,
+}
+
+impl std::fmt::Debug for RuntimeParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeParts")
+            .field("heap", &self.heap)
+            .field(
+                "extra_engines",
+                &self
+                    .extra_engines
+                    .iter()
+                    .map(|r| r.name)
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
 impl Runtime {
     /// Joins the job: creates the heap, discovers the topology, builds the
     /// linked transports and the per-peer routing table (collective).
+    ///
+    /// # Errors
+    /// When the PEs disagree on heap size or engines, the heap cannot be
+    /// created, an engine cannot be built or reaches no route for some PE,
+    /// or a bootstrap call fails.
     pub fn new(bootstrap: Arc<dyn Bootstrap>, opts: RuntimeOptions) -> Result<Arc<Runtime>> {
+        Runtime::with_parts(bootstrap, opts, RuntimeParts::default())
+    }
+
+    /// [`Runtime::new`] with a heap and extra engines of the caller's.
+    ///
+    /// # Errors
+    /// As [`Runtime::new`]; also when an extra engine has the name of a
+    /// linked or plugin one.
+    pub fn with_parts(
+        bootstrap: Arc<dyn Bootstrap>,
+        opts: RuntimeOptions,
+        parts: RuntimeParts,
+    ) -> Result<Arc<Runtime>> {
         let my_pe = bootstrap.rank();
         let n_pes = bootstrap.size();
         crate::log::set_pe(my_pe);
         let config = opts.config;
-        let size = opts.mem_size.unwrap_or(config.symmetric_size.0);
+        let size = match &parts.heap {
+            Some(h) => h.size(),
+            None => opts.mem_size.unwrap_or(config.symmetric_size.0),
+        };
 
         // Agree on heap size and linked engines before touching anything else.
-        let engines = transport::available(&config)?;
+        let mut engines = transport::available(&config)?;
+        for reg in &parts.extra_engines {
+            if engines.iter().any(|e| e.name() == reg.name) {
+                return Err(Error::EngineUnavailable {
+                    requested: reg.name.to_string(),
+                    reason: "an engine of that name is already linked or loaded".into(),
+                    available: transport::registered_names(),
+                });
+            }
+            engines.push(transport::EngineSource::Linked(reg));
+        }
+        engines.sort_by(|a, b| b.priority().cmp(&a.priority()).then(a.name().cmp(b.name())));
         let names: Vec<&str> = engines.iter().map(|r| r.name()).collect();
         let mut hello = (size as u64).to_le_bytes().to_vec();
         hello.extend_from_slice(names.join(",").as_bytes());
@@ -153,7 +214,10 @@ impl Runtime {
             });
         }
 
-        let heap: Arc<dyn Heap> = Arc::new(MemfdHeap::new(size)?);
+        let heap: Arc<dyn Heap> = match parts.heap {
+            Some(h) => h,
+            None => crate::heap::create_heap(&config.heap, size)?,
+        };
         let topology = Topology::discover(bootstrap.as_ref())?;
         let init = TransportInit {
             bootstrap: bootstrap.as_ref(),
