@@ -1,0 +1,204 @@
+//! Memory management: collective allocation, agreed on by every PE.
+
+use super::*;
+
+impl Runtime {
+    #[track_caller]
+    fn agree(&self, kind: CollectiveKind, a: u64, b: u64) -> Result<()> {
+        let call = match kind {
+            CollectiveKind::Malloc => "malloc",
+            CollectiveKind::Free => "free",
+            CollectiveKind::Realloc => "realloc",
+        };
+        let seq = self.alloc_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let _in_call = self.activity.enter(call, "", seq);
+        let mut msg = [0u8; 17];
+        msg[0] = kind as u8;
+        msg[1..9].copy_from_slice(&a.to_le_bytes());
+        msg[9..17].copy_from_slice(&b.to_le_bytes());
+        let all = self.bootstrap.allgather(&msg)?;
+        let name = |k: u8| match k {
+            1 => "malloc",
+            2 => "free",
+            3 => "realloc",
+            _ => "?",
+        };
+        let describe = |m: &[u8]| -> String {
+            if m.len() != 17 {
+                return format!("{} bytes of garbage", m.len());
+            }
+            let a = u64::from_le_bytes(m[1..9].try_into().unwrap_or_default());
+            let b = u64::from_le_bytes(m[9..17].try_into().unwrap_or_default());
+            match m[0] {
+                1 => format!("malloc(size {a}, align {b})"),
+                2 => format!("free(offset {a:#x})"),
+                3 => format!("realloc(offset {a:#x}, size {b})"),
+                k => format!("unknown op {k}"),
+            }
+        };
+        if all.iter().any(|m| m.as_slice() != msg) {
+            let details = all
+                .iter()
+                .enumerate()
+                .map(|(pe, m)| format!("PE {pe}: {}", describe(m)))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(Error::CollectiveMismatch {
+                op: name(kind as u8),
+                details,
+            });
+        }
+        Ok(())
+    }
+
+    fn allocator(&self) -> MutexGuard<'_, Allocator> {
+        self.allocator.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Allocates `bytes` aligned to `align` (collective; every PE must pass
+    /// the same arguments). Returns the heap offset.
+    #[track_caller]
+    pub fn malloc_bytes(&self, bytes: usize, align: usize) -> Result<usize> {
+        self.live()?;
+        self.agree(CollectiveKind::Malloc, bytes as u64, align as u64)?;
+        self.allocator().alloc(bytes, align)
+    }
+
+    /// Like [`Runtime::malloc_bytes`], with the memory zeroed on every PE
+    /// before any PE returns.
+    #[track_caller]
+    pub fn calloc_bytes(&self, bytes: usize, align: usize) -> Result<usize> {
+        let off = self.malloc_bytes(bytes, align)?;
+        let len = self.allocator().len_of(off).unwrap_or(bytes);
+        // SAFETY: the allocation lies inside our heap mapping.
+        unsafe { std::ptr::write_bytes(self.base.as_ptr().add(off), 0, len) };
+        self.bootstrap.barrier()?;
+        Ok(off)
+    }
+
+    /// Frees the allocation at heap `offset` (collective).
+    #[track_caller]
+    pub fn free_bytes(&self, offset: usize) -> Result<()> {
+        self.live()?;
+        self.agree(CollectiveKind::Free, offset as u64, 0)?;
+        self.allocator().free(offset)?;
+        self.gens.retire(offset);
+        Ok(())
+    }
+
+    /// Resizes the allocation at `offset`, keeping its contents (collective).
+    /// Returns the new offset.
+    #[track_caller]
+    pub fn realloc_bytes(&self, offset: usize, bytes: usize) -> Result<usize> {
+        self.live()?;
+        self.agree(CollectiveKind::Realloc, offset as u64, bytes as u64)?;
+        let new = {
+            let mut a = self.allocator();
+            let old_len = a.len_of(offset).ok_or(Error::InvalidFree { offset })?;
+            if a.resize_in_place(offset, bytes)? {
+                offset
+            } else {
+                let new = a.alloc(bytes, crate::heap::MIN_ALIGN)?;
+                // SAFETY: both ranges are live allocations inside our heap and
+                // distinct allocations never overlap.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        self.base.as_ptr().add(offset),
+                        self.base.as_ptr().add(new),
+                        old_len.min(bytes),
+                    )
+                };
+                a.free(offset)?;
+                new
+            }
+        };
+        // Old handles are stale even when the block stayed in place.
+        self.gens.retire(offset);
+        self.bootstrap.barrier()?;
+        Ok(new)
+    }
+
+    /// Errors unless `[offset, offset + len)` lies inside one live
+    /// allocation (a diagnostic check: it takes the allocator's lock).
+    ///
+    /// # Errors
+    /// [`Error::NotAllocated`] for a freed or never-allocated range.
+    pub fn check_allocated(&self, offset: usize, len: usize) -> Result<()> {
+        if self.allocator().contains(offset, len.max(1)) {
+            Ok(())
+        } else {
+            Err(Error::NotAllocated { offset, len })
+        }
+    }
+
+    /// Bytes still free in the heap, and the largest free block.
+    pub fn heap_free(&self) -> (usize, usize) {
+        let a = self.allocator();
+        (a.free_bytes(), a.largest_free())
+    }
+
+    /// Allocates `count` elements of `T` (collective).
+    #[track_caller]
+    pub fn malloc<T: Element>(&self, count: usize) -> Result<SymBuf<T>> {
+        self.align_alloc(std::mem::align_of::<T>(), count)
+    }
+
+    /// Allocates `count` elements of `T` in memory of kind `mem_type`
+    /// (collective). On a host without an accelerator both kinds are host
+    /// memory in the symmetric heap; the parameter exists so that code
+    /// written for device memory runs unchanged.
+    #[track_caller]
+    pub fn malloc_mem<T: Element>(&self, count: usize, mem_type: MemType) -> Result<SymBuf<T>> {
+        let _host_only = mem_type;
+        self.malloc(count)
+    }
+
+    /// Allocates `count` zeroed elements of `T` (collective).
+    #[track_caller]
+    pub fn calloc<T: Element>(&self, count: usize) -> Result<SymBuf<T>> {
+        let bytes = elems_bytes::<T>(count)?;
+        let off = self.calloc_bytes(bytes, std::mem::align_of::<T>())?;
+        Ok(self.tagged(off, count))
+    }
+
+    /// Allocates `count` elements of `T` aligned to `alignment` bytes (collective).
+    ///
+    /// # Errors
+    /// `alignment` is not a power of two (0 included), the heap is
+    /// exhausted, or the PEs disagree on the arguments.
+    #[track_caller]
+    pub fn align_alloc<T: Element>(&self, alignment: usize, count: usize) -> Result<SymBuf<T>> {
+        if !alignment.is_power_of_two() {
+            return Err(Error::invalid(
+                "alignment",
+                format!("{alignment} is not a power of two"),
+            ));
+        }
+        let bytes = elems_bytes::<T>(count)?;
+        let off = self.malloc_bytes(bytes, alignment.max(std::mem::align_of::<T>()))?;
+        Ok(self.tagged(off, count))
+    }
+
+    /// A handle to the allocation just made at `offset`, with a fresh
+    /// generation tag.
+    fn tagged<T: Element>(&self, offset: usize, count: usize) -> SymBuf<T> {
+        SymBuf::from_raw_parts_tagged(offset, count, self.instance, self.gens.issue(offset))
+    }
+
+    /// Resizes a symmetric object to `count` elements, keeping its prefix (collective).
+    #[track_caller]
+    pub fn realloc<T: Element>(&self, buf: SymBuf<T>, count: usize) -> Result<SymBuf<T>> {
+        self.check_instance(buf.instance())?;
+        self.check_tag(buf.tag(), buf.offset())?;
+        let off = self.realloc_bytes(buf.offset(), elems_bytes::<T>(count)?)?;
+        Ok(self.tagged(off, count))
+    }
+
+    /// Frees a symmetric object (collective).
+    #[track_caller]
+    pub fn free<T: Element>(&self, buf: SymBuf<T>) -> Result<()> {
+        self.check_instance(buf.instance())?;
+        self.check_tag(buf.tag(), buf.offset())?;
+        self.free_bytes(buf.offset())
+    }
+}
