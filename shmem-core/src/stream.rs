@@ -74,6 +74,18 @@ impl std::fmt::Debug for Stream {
     }
 }
 
+impl Runtime {
+    /// Creates a stream on this runtime (its own worker thread).
+    ///
+    /// # Errors
+    /// [`crate::Error::NotInitialized`] after finalize; an OS error when the
+    /// worker thread cannot be started.
+    pub fn create_stream(self: &Arc<Self>) -> Result<Stream> {
+        self.live()?;
+        Stream::new(self.clone())
+    }
+}
+
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Stream {

@@ -204,7 +204,7 @@ impl Runtime {
     }
 
     #[inline]
-    fn live(&self) -> Result<()> {
+    pub(crate) fn live(&self) -> Result<()> {
         if self.health.word() & PeerHealth::FINALIZED != 0 {
             return Err(Error::NotInitialized);
         }
@@ -282,12 +282,6 @@ impl Runtime {
         self.live_for(pe)?;
         self.check_pe(pe)?;
         Ok(self.transports[self.async_routes[pe] as usize].as_ref())
-    }
-
-    /// Creates a stream on this runtime.
-    pub fn create_stream(self: &Arc<Self>) -> Result<crate::stream::Stream> {
-        self.live()?;
-        crate::stream::Stream::new(self.clone())
     }
 
     fn check_slice<T: Element>(&self, s: &SymSlice<T>) -> Result<()> {
