@@ -138,6 +138,10 @@ impl Completion {
     }
 
     /// Blocks until done; returns the operation's result.
+    ///
+    /// # Errors
+    /// The error the operation ended with: the engine's, or one naming a PE that died
+    /// before the copy finished.
     pub fn wait(&self) -> Result<()> {
         for _ in 0..2000 {
             if self.state.remaining.load(Ordering::Acquire) == 0 {
@@ -195,6 +199,10 @@ impl<B> Handle<B> {
     }
 
     /// Blocks until the operation completes; returns the buffer.
+    ///
+    /// # Errors
+    /// The error the operation ended with: the engine's, or one naming a PE that died
+    /// before the copy finished.
     pub fn wait(mut self) -> Result<B> {
         self.completion.wait()?;
         self.buffer

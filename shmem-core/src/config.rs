@@ -14,6 +14,9 @@ pub trait ConfigValue: Sized + Clone {
     /// Human name of the type, shown by `SHMEM_INFO`.
     const KIND: &'static str;
     /// Parses the variable's text.
+    ///
+    /// # Errors
+    /// A message saying why `text` is not a value of this type.
     fn parse(text: &str) -> std::result::Result<Self, String>;
     /// Formats the effective value.
     fn show(&self) -> String;
@@ -24,6 +27,9 @@ pub trait ConfigValue: Sized + Clone {
 pub struct ByteSize(pub usize);
 
 /// Parses `"64"`, `"4K"`, `"256M"`, `"1G"`, `"2GiB"`, `"1.5G"` into bytes.
+///
+/// # Errors
+/// A message when `text` has no number, is not a size, or overflows.
 pub fn parse_size(text: &str) -> std::result::Result<usize, String> {
     let t = text.trim();
     let upper = t.to_ascii_uppercase();
@@ -166,6 +172,9 @@ macro_rules! config_table {
         impl Config {
             /// Reads the configuration through `lookup` (the environment in
             /// [`Config::from_env`]); unset variables take their default.
+            ///
+            /// # Errors
+            /// [`Error::Config`] naming the first variable whose text does not parse.
             pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
                 let mut declared = std::collections::BTreeMap::new();
                 for v in declared_variables() {
@@ -385,6 +394,9 @@ config_table! {
 
 impl Config {
     /// Reads the configuration from the process environment.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the first variable whose text does not parse.
     pub fn from_env() -> Result<Config> {
         Config::from_lookup(|name| std::env::var(name).ok())
     }
@@ -416,6 +428,9 @@ impl Config {
     /// Spin time before a wait blocks, given the number of PEs on this node.
     /// `progress_threads` says whether an engine in use needs CPU time of its
     /// own (a software progress thread), which a long spin would steal.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when `SHMEM_SPIN_US` is neither `auto` nor a number.
     pub fn spin_duration(&self, local_pes: usize, progress_threads: bool) -> Result<Duration> {
         if self.spin_us.trim().eq_ignore_ascii_case("auto") || self.spin_us.trim().is_empty() {
             let cores = self.cores();

@@ -122,6 +122,11 @@ unsafe impl Sync for MemfdHeap {}
 
 impl MemfdHeap {
     /// Creates and maps a zero-filled heap of `size` bytes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `size` is below one page plus a cache line or above
+    /// this machine's memory; [`Error::Os`] when `memfd_create`, `ftruncate` or `mmap`
+    /// fails.
     pub fn new(size: usize) -> Result<MemfdHeap> {
         if size < RESERVED_BYTES + MIN_ALIGN {
             return Err(Error::invalid(
@@ -159,6 +164,9 @@ impl MemfdHeap {
 }
 
 /// Maps `size` bytes of `fd` shared and writable.
+///
+/// # Errors
+/// [`Error::Os`] when `mmap` fails.
 pub fn map_fd(fd: RawFd, size: usize) -> Result<NonNull<u8>> {
     // SAFETY: a fresh mapping chosen by the kernel; arguments are valid.
     let ptr = unsafe {
@@ -255,6 +263,10 @@ impl Allocator {
     }
 
     /// Allocates `bytes` (0 is treated as 1) aligned to `align` (a power of two).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an alignment that is not a power of two;
+    /// [`Error::OutOfMemory`] when no free block fits.
     pub fn alloc(&mut self, bytes: usize, align: usize) -> Result<usize> {
         if !align.is_power_of_two() {
             return Err(Error::invalid(
@@ -291,6 +303,9 @@ impl Allocator {
     }
 
     /// Frees the allocation at `offset`; returns its usable length.
+    ///
+    /// # Errors
+    /// [`Error::InvalidFree`] when `offset` is not a live allocation.
     pub fn free(&mut self, offset: usize) -> Result<usize> {
         let (start, len) = self
             .live
@@ -327,6 +342,10 @@ impl Allocator {
     }
 
     /// Tries to resize the allocation at `offset` in place; returns whether it could.
+    ///
+    /// # Errors
+    /// [`Error::InvalidFree`] when `offset` is not a live allocation;
+    /// [`Error::OutOfMemory`] when `bytes` overflows.
     pub fn resize_in_place(&mut self, offset: usize, bytes: usize) -> Result<bool> {
         let &(start, len) = self
             .live

@@ -168,17 +168,29 @@ pub trait Transport: Send + Sync + fmt::Debug {
     ///
     /// # Safety
     /// `src` must be valid for reads of `len` bytes.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn put(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()>;
     /// Copies `len` bytes from `pe`'s heap at `src` into local `dst`; returns
     /// when the data has arrived.
     ///
     /// # Safety
     /// `dst` must be valid for writes of `len` bytes.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn get(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()>;
     /// Starts a put; completion (and reuse of `src`) only after [`Transport::quiet`].
     ///
     /// # Safety
     /// `src` must stay valid for reads of `len` bytes until `quiet` returns.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn put_nbi(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
         // SAFETY: forwarded contract; a blocking put is a valid non-blocking one.
         unsafe { self.put(pe, dst, src, len) }
@@ -187,6 +199,10 @@ pub trait Transport: Send + Sync + fmt::Debug {
     ///
     /// # Safety
     /// `dst` must stay valid for writes of `len` bytes until `quiet` returns.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn get_nbi(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { self.get(pe, src, dst, len) }
@@ -196,6 +212,10 @@ pub trait Transport: Send + Sync + fmt::Debug {
     ///
     /// # Safety
     /// `src` must stay valid for reads of `len` bytes until the completion is done.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn put_async(
         &self,
         pe: PeId,
@@ -211,6 +231,10 @@ pub trait Transport: Send + Sync + fmt::Debug {
     ///
     /// # Safety
     /// `dst` must stay valid for writes of `len` bytes until the completion is done.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn get_async(
         &self,
         pe: PeId,
@@ -227,6 +251,11 @@ pub trait Transport: Send + Sync + fmt::Debug {
     ///
     /// # Safety
     /// `src` must be valid for reads of `len` bytes.
+    ///
+    /// # Errors
+    /// [`crate::Error::Unsupported`] unless the engine has
+    /// [`Capabilities::EXTERNAL_MEMORY`]; an error naming the PE when the peer is gone; the
+    /// engine's own failure as [`crate::Error::Transport`].
     unsafe fn put_to_address(
         &self,
         pe: PeId,
@@ -244,6 +273,11 @@ pub trait Transport: Send + Sync + fmt::Debug {
     ///
     /// # Safety
     /// `dst` must be valid for writes of `len` bytes.
+    ///
+    /// # Errors
+    /// [`crate::Error::Unsupported`] unless the engine has
+    /// [`Capabilities::EXTERNAL_MEMORY`]; an error naming the PE when the peer is gone; the
+    /// engine's own failure as [`crate::Error::Transport`].
     unsafe fn get_from_address(
         &self,
         pe: PeId,
@@ -265,11 +299,19 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// symmetric heap (past its reserved first page) and `offset` aligned to
     /// `width`; the runtime checks all three before calling, and an engine
     /// may touch the word without checking them again.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64>;
     /// Updates the 64-bit signal word at `sig` of `pe`.
     ///
     /// # Safety
     /// As for [`Transport::atomic`] with an 8-byte word at `sig`.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()>;
     /// Puts data, then updates the signal; the signal is visible only after
     /// the data. With `nbi`, `src` must stay valid until `quiet`.
@@ -278,6 +320,10 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// `src` must be valid for reads of `len` bytes (until `quiet` if `nbi`);
     /// `[dst, dst + len)` inside the heap and `sig` as for
     /// [`Transport::signal`] (the runtime checks them).
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     #[allow(clippy::too_many_arguments)]
     unsafe fn put_signal(
         &self,
@@ -298,11 +344,17 @@ pub trait Transport: Send + Sync + fmt::Debug {
         unsafe { self.signal(pe, sig, op, value) }
     }
     /// Orders earlier puts/AMOs to each PE before later ones to the same PE.
+    ///
+    /// # Errors
+    /// The engine's failure.
     fn fence(&self) -> Result<()>;
     /// Completes every outstanding operation this PE issued on this engine.
     /// The runtime follows the engines' `quiet` with one `SeqCst` fence, so
     /// an engine whose operations finish before they return (plain loads and
     /// stores) returns at once.
+    ///
+    /// # Errors
+    /// The engine's failure, or an error naming a PE whose operations cannot complete.
     fn quiet(&self) -> Result<()>;
 }
 

@@ -72,6 +72,9 @@ impl NodeHeaps {
     }
 
     /// Like [`NodeHeaps::base`], as an error naming the PE.
+    ///
+    /// # Errors
+    /// [`Error::Transport`] naming the PE when it is not on this node.
     #[inline]
     pub fn require(&self, pe: PeId) -> Result<*mut u8> {
         match self.base(pe) {
@@ -128,6 +131,10 @@ impl NodeHeaps {
 
     /// Exchanges descriptors with the same-node PEs and maps their heaps
     /// (collective). `engine` names the sockets and the errors.
+    ///
+    /// # Errors
+    /// When the descriptor exchange fails (a socket, a peer of another user or process, a
+    /// timeout, a heap of another size) or a mapping fails; a bootstrap error.
     pub fn map(init: &TransportInit<'_>, engine: &'static str) -> Result<NodeHeaps> {
         let bs = init.bootstrap;
         let topo = init.topology;

@@ -98,6 +98,10 @@ const SLOT: usize = (1 << 20) + 64;
 
 /// put and get of 1 B to 1 MiB, at offsets 0, 1, 3 and 8 bytes past a cache
 /// line, to the next PE (itself when alone); golden data on both sides.
+///
+/// # Errors
+/// A [`crate::Failure`] naming the PE and the check, or the library error, when the engine
+/// misbehaves.
 pub fn put_get_sizes_and_alignments(rt: &Runtime) -> Outcome {
     let (me, n) = (rt.my_pe(), rt.n_pes());
     let next = (me + 1) % n;
@@ -133,6 +137,10 @@ pub fn put_get_sizes_and_alignments(rt: &Runtime) -> Outcome {
 }
 
 /// `p`/`g` of several element types and strided `iput`/`iget`.
+///
+/// # Errors
+/// A [`crate::Failure`] naming the PE and the check, or the library error, when the engine
+/// misbehaves.
 pub fn typed_and_strided_rma(rt: &Runtime) -> Outcome {
     let (me, n) = (rt.my_pe(), rt.n_pes());
     let next = (me + 1) % n;
@@ -331,6 +339,10 @@ macro_rules! float_ops {
 /// Every atomic operation at 32 and 64 bits, signed and unsigned (and the
 /// float set/fetch/swap), on the next PE, checked against the same
 /// operations done locally; plus the raw op enum on both widths.
+///
+/// # Errors
+/// A [`crate::Failure`] naming the PE and the check, or the library error, when the engine
+/// misbehaves.
 pub fn atomics_every_op_and_width(rt: &Runtime) -> Outcome {
     let (me, n) = (rt.my_pe(), rt.n_pes());
     let next = (me + 1) % n;
@@ -375,6 +387,10 @@ pub fn atomics_every_op_and_width(rt: &Runtime) -> Outcome {
 
 /// Every PE hammers PE 0's words (add, inc, or, and, xor, cswap claims);
 /// PE 0 checks the totals.
+///
+/// # Errors
+/// A [`crate::Failure`] naming the PE and the check, or the library error, when the engine
+/// misbehaves.
 pub fn atomics_under_contention(rt: &Runtime) -> Outcome {
     const ROUNDS: u64 = 200;
     let (me, n) = (rt.my_pe(), rt.n_pes());
@@ -434,6 +450,10 @@ pub fn atomics_under_contention(rt: &Runtime) -> Outcome {
 
 /// `put_signal` with add and set, bare `signal_op`, `signal_wait_until` with
 /// every comparison, `signal_fetch`; the data is in place when the signal is.
+///
+/// # Errors
+/// A [`crate::Failure`] naming the PE and the check, or the library error, when the engine
+/// misbehaves.
 pub fn signals_set_add_and_wait(rt: &Runtime) -> Outcome {
     let (me, n) = (rt.my_pe(), rt.n_pes());
     let data = rt.calloc::<u64>(n * 512)?;
@@ -530,6 +550,10 @@ pub fn signals_set_add_and_wait(rt: &Runtime) -> Outcome {
 
 /// `wait_until`, `test` and the `_all`/`_any`/`_some` (and `_vector`)
 /// forms, written by the other PEs' puts and atomics.
+///
+/// # Errors
+/// A [`crate::Failure`] naming the PE and the check, or the library error, when the engine
+/// misbehaves.
 pub fn waits_every_comparison(rt: &Runtime) -> Outcome {
     let (me, n) = (rt.my_pe(), rt.n_pes());
     let ivars = rt.calloc::<u64>(n)?;
@@ -598,6 +622,10 @@ pub fn waits_every_comparison(rt: &Runtime) -> Outcome {
 
 /// Data put before a `fence` is in place when a flag put after it is seen;
 /// non-blocking puts are complete at `quiet`.
+///
+/// # Errors
+/// A [`crate::Failure`] naming the PE and the check, or the library error, when the engine
+/// misbehaves.
 pub fn ordering_fence_and_quiet(rt: &Runtime) -> Outcome {
     const ROUNDS: usize = 100;
     const WORDS: usize = 16;
@@ -663,6 +691,10 @@ pub fn ordering_fence_and_quiet(rt: &Runtime) -> Outcome {
 
 /// `put_nbi`/`get_nbi` at several sizes, `put_handle`/`get_handle` giving
 /// the buffer back, completion by `quiet`.
+///
+/// # Errors
+/// A [`crate::Failure`] naming the PE and the check, or the library error, when the engine
+/// misbehaves.
 pub fn non_blocking_operations(rt: &Runtime) -> Outcome {
     let (me, n) = (rt.my_pe(), rt.n_pes());
     let next = (me + 1) % n;
@@ -728,6 +760,10 @@ pub fn non_blocking_operations(rt: &Runtime) -> Outcome {
 /// Bad PEs, offsets outside the heap, misaligned atomics and signals,
 /// freed objects and oversized copies are errors naming what was wrong, and
 /// the job goes on afterwards.
+///
+/// # Errors
+/// A [`crate::Failure`] naming the PE and the check, or the library error, when the engine
+/// misbehaves.
 pub fn errors_on_bad_arguments(rt: &Runtime) -> Outcome {
     let (me, n) = (rt.my_pe(), rt.n_pes());
     let next = (me + 1) % n;

@@ -57,6 +57,13 @@ impl Runtime {
 
     /// Allocates `bytes` aligned to `align` (collective; every PE must pass
     /// the same arguments). Returns the heap offset.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when no free block fits (naming the free space);
+    /// [`Error::InvalidArgument`] for an alignment that is not a power of two or a count
+    /// whose bytes overflow; [`Error::CollectiveMismatch`] when the PEs asked for different
+    /// things; a bootstrap error when a PE dies or the agreement times out;
+    /// [`Error::NotInitialized`] after finalize.
     #[track_caller]
     pub fn malloc_bytes(&self, bytes: usize, align: usize) -> Result<usize> {
         self.live()?;
@@ -66,6 +73,13 @@ impl Runtime {
 
     /// Like [`Runtime::malloc_bytes`], with the memory zeroed on every PE
     /// before any PE returns.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when no free block fits (naming the free space);
+    /// [`Error::InvalidArgument`] for an alignment that is not a power of two or a count
+    /// whose bytes overflow; [`Error::CollectiveMismatch`] when the PEs asked for different
+    /// things; a bootstrap error when a PE dies or the agreement times out;
+    /// [`Error::NotInitialized`] after finalize.
     #[track_caller]
     pub fn calloc_bytes(&self, bytes: usize, align: usize) -> Result<usize> {
         let off = self.malloc_bytes(bytes, align)?;
@@ -77,6 +91,13 @@ impl Runtime {
     }
 
     /// Frees the allocation at heap `offset` (collective).
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::InvalidFree`] for an offset that is not a live
+    /// allocation; [`Error::CollectiveMismatch`] when the PEs free different objects; a
+    /// bootstrap error when a PE dies or the agreement times out; [`Error::NotInitialized`]
+    /// after finalize.
     #[track_caller]
     pub fn free_bytes(&self, offset: usize) -> Result<()> {
         self.live()?;
@@ -88,6 +109,14 @@ impl Runtime {
 
     /// Resizes the allocation at `offset`, keeping its contents (collective).
     /// Returns the new offset.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when no free block fits (naming the free space);
+    /// [`Error::InvalidArgument`] for an alignment that is not a power of two or a count
+    /// whose bytes overflow; [`Error::InvalidFree`] for an offset that is not a live
+    /// allocation; [`Error::CollectiveMismatch`] when the PEs asked for different things; a
+    /// bootstrap error when a PE dies or the agreement times out; [`Error::NotInitialized`]
+    /// after finalize.
     #[track_caller]
     pub fn realloc_bytes(&self, offset: usize, bytes: usize) -> Result<usize> {
         self.live()?;
@@ -138,6 +167,13 @@ impl Runtime {
     }
 
     /// Allocates `count` elements of `T` (collective).
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when no free block fits (naming the free space);
+    /// [`Error::InvalidArgument`] for an alignment that is not a power of two or a count
+    /// whose bytes overflow; [`Error::CollectiveMismatch`] when the PEs asked for different
+    /// things; a bootstrap error when a PE dies or the agreement times out;
+    /// [`Error::NotInitialized`] after finalize.
     #[track_caller]
     pub fn malloc<T: Element>(&self, count: usize) -> Result<SymBuf<T>> {
         self.align_alloc(std::mem::align_of::<T>(), count)
@@ -147,6 +183,13 @@ impl Runtime {
     /// (collective). On a host without an accelerator both kinds are host
     /// memory in the symmetric heap; the parameter exists so that code
     /// written for device memory runs unchanged.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when no free block fits (naming the free space);
+    /// [`Error::InvalidArgument`] for an alignment that is not a power of two or a count
+    /// whose bytes overflow; [`Error::CollectiveMismatch`] when the PEs asked for different
+    /// things; a bootstrap error when a PE dies or the agreement times out;
+    /// [`Error::NotInitialized`] after finalize.
     #[track_caller]
     pub fn malloc_mem<T: Element>(&self, count: usize, mem_type: MemType) -> Result<SymBuf<T>> {
         let _host_only = mem_type;
@@ -154,6 +197,13 @@ impl Runtime {
     }
 
     /// Allocates `count` zeroed elements of `T` (collective).
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when no free block fits (naming the free space);
+    /// [`Error::InvalidArgument`] for an alignment that is not a power of two or a count
+    /// whose bytes overflow; [`Error::CollectiveMismatch`] when the PEs asked for different
+    /// things; a bootstrap error when a PE dies or the agreement times out;
+    /// [`Error::NotInitialized`] after finalize.
     #[track_caller]
     pub fn calloc<T: Element>(&self, count: usize) -> Result<SymBuf<T>> {
         let bytes = elems_bytes::<T>(count)?;
@@ -186,6 +236,15 @@ impl Runtime {
     }
 
     /// Resizes a symmetric object to `count` elements, keeping its prefix (collective).
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::OutOfMemory`] when no free block fits (naming the free
+    /// space); [`Error::InvalidArgument`] for an alignment that is not a power of two or a
+    /// count whose bytes overflow; [`Error::InvalidFree`] for an object that is not live;
+    /// [`Error::CollectiveMismatch`] when the PEs asked for different things; a bootstrap
+    /// error when a PE dies or the agreement times out; [`Error::NotInitialized`] after
+    /// finalize.
     #[track_caller]
     pub fn realloc<T: Element>(&self, buf: SymBuf<T>, count: usize) -> Result<SymBuf<T>> {
         self.check_instance(buf.instance())?;
@@ -195,6 +254,13 @@ impl Runtime {
     }
 
     /// Frees a symmetric object (collective).
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::InvalidFree`] for an offset that is not a live
+    /// allocation; [`Error::CollectiveMismatch`] when the PEs free different objects; a
+    /// bootstrap error when a PE dies or the agreement times out; [`Error::NotInitialized`]
+    /// after finalize.
     #[track_caller]
     pub fn free<T: Element>(&self, buf: SymBuf<T>) -> Result<()> {
         self.check_instance(buf.instance())?;

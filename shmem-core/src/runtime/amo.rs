@@ -4,6 +4,12 @@ use super::*;
 
 impl Runtime {
     /// Performs a raw atomic on `pe`'s heap at `offset` (bounds and alignment checked).
+    ///
+    /// # Errors
+    /// [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     #[inline]
     pub fn atomic_raw(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
         self.live_for(pe)?;
@@ -25,11 +31,25 @@ impl Runtime {
     }
 
     /// Atomically reads the element.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_fetch<T: AtomicElement>(&self, target: SymRef<T>, pe: PeId) -> Result<T> {
         self.amo(target, pe, AmoOp::Fetch)
     }
 
     /// Atomically writes the element.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_set<T: AtomicElement>(
         &self,
         target: SymRef<T>,
@@ -41,6 +61,13 @@ impl Runtime {
     }
 
     /// Atomically writes the element and returns the old value.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_swap<T: AtomicElement>(
         &self,
         target: SymRef<T>,
@@ -51,6 +78,13 @@ impl Runtime {
     }
 
     /// Writes `value` if the element equals `cond`; returns the old value.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_compare_swap<T: AtomicInteger>(
         &self,
         target: SymRef<T>,
@@ -69,6 +103,13 @@ impl Runtime {
     }
 
     /// Adds `value` and returns the old value.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_fetch_add<T: AtomicInteger>(
         &self,
         target: SymRef<T>,
@@ -79,6 +120,13 @@ impl Runtime {
     }
 
     /// Adds `value`.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_add<T: AtomicInteger>(
         &self,
         target: SymRef<T>,
@@ -89,16 +137,37 @@ impl Runtime {
     }
 
     /// Adds one and returns the old value.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_fetch_inc<T: AtomicInteger>(&self, target: SymRef<T>, pe: PeId) -> Result<T> {
         self.amo(target, pe, AmoOp::Add(1))
     }
 
     /// Adds one.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_inc<T: AtomicInteger>(&self, target: SymRef<T>, pe: PeId) -> Result<()> {
         self.atomic_fetch_inc(target, pe).map(|_| ())
     }
 
     /// Bitwise and; returns the old value.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_fetch_and<T: AtomicInteger>(
         &self,
         target: SymRef<T>,
@@ -109,6 +178,13 @@ impl Runtime {
     }
 
     /// Bitwise and.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_and<T: AtomicInteger>(
         &self,
         target: SymRef<T>,
@@ -119,6 +195,13 @@ impl Runtime {
     }
 
     /// Bitwise or; returns the old value.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_fetch_or<T: AtomicInteger>(
         &self,
         target: SymRef<T>,
@@ -129,11 +212,25 @@ impl Runtime {
     }
 
     /// Bitwise or.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_or<T: AtomicInteger>(&self, target: SymRef<T>, value: T, pe: PeId) -> Result<()> {
         self.atomic_fetch_or(target, value, pe).map(|_| ())
     }
 
     /// Bitwise xor; returns the old value.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_fetch_xor<T: AtomicInteger>(
         &self,
         target: SymRef<T>,
@@ -144,6 +241,13 @@ impl Runtime {
     }
 
     /// Bitwise xor.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_xor<T: AtomicInteger>(
         &self,
         target: SymRef<T>,

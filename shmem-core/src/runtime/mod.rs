@@ -233,6 +233,9 @@ impl Runtime {
     }
 
     /// Errors unless `pe` is in `0..n_pes`.
+    ///
+    /// # Errors
+    /// [`Error::PeOutOfRange`] unless `pe < n_pes`.
     #[inline]
     pub fn check_pe(&self, pe: PeId) -> Result<()> {
         if pe >= self.n_pes {
@@ -245,6 +248,10 @@ impl Runtime {
     }
 
     /// Errors unless `[offset, offset+len)` lies inside the heap.
+    ///
+    /// # Errors
+    /// [`Error::OutOfHeap`] when the range leaves the heap, overflows, or touches the
+    /// reserved first page.
     #[inline]
     pub fn check_range(&self, offset: usize, len: usize) -> Result<()> {
         // The first page holds the runtime's control words (wait doorbell):
@@ -327,6 +334,9 @@ impl Runtime {
     }
 
     /// Like [`Runtime::offset_of`], as an error naming the address.
+    ///
+    /// # Errors
+    /// [`Error::NotSymmetric`] naming the address when it is not in this PE's heap.
     pub fn require_offset(&self, addr: *const u8) -> Result<usize> {
         self.offset_of(addr).ok_or(Error::NotSymmetric {
             addr: addr as usize,
@@ -336,6 +346,9 @@ impl Runtime {
     }
 
     /// Local address of heap `offset`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfHeap`] when `offset` is past the heap or in its reserved first page.
     pub fn local_ptr(&self, offset: usize) -> Result<NonNull<u8>> {
         self.check_range(offset, 0)?;
         // SAFETY: offset is within the heap mapping.

@@ -4,6 +4,9 @@ use super::*;
 
 impl Runtime {
     /// Orders puts/AMOs to each PE.
+    ///
+    /// # Errors
+    /// [`Error::NotInitialized`] after finalize; an engine's error.
     pub fn fence(&self) -> Result<()> {
         self.live()?;
         self.in_use
@@ -40,6 +43,10 @@ impl Runtime {
 
     /// Leaves the job (collective): completes outstanding work, waits for
     /// every PE, then releases mappings and the bootstrap.
+    ///
+    /// # Errors
+    /// [`Error::NotInitialized`] when already finalized; otherwise the first of: `quiet`'s
+    /// error (a dead PE, an engine), the final barrier's, the bootstrap's.
     pub fn finalize(&self) -> Result<()> {
         if self.finalized.load(Ordering::Acquire) {
             return Err(Error::NotInitialized);

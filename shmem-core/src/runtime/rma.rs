@@ -4,6 +4,12 @@ use super::*;
 
 impl Runtime {
     /// Copies `src` into `pe`'s heap at `dst`.
+    ///
+    /// # Errors
+    /// [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when the range leaves
+    /// the heap (or touches its reserved first page); [`Error::NotInitialized`] after
+    /// finalize; [`Error::PeerExited`] once `pe` is known dead; the engine's error
+    /// ([`Error::Transport`]).
     #[inline]
     pub fn put_bytes(&self, pe: PeId, dst: usize, src: &[u8]) -> Result<()> {
         self.live_for(pe)?;
@@ -20,6 +26,12 @@ impl Runtime {
     }
 
     /// Copies `pe`'s heap at `src` into `dst`.
+    ///
+    /// # Errors
+    /// [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when the range leaves
+    /// the heap (or touches its reserved first page); [`Error::NotInitialized`] after
+    /// finalize; [`Error::PeerExited`] once `pe` is known dead; the engine's error
+    /// ([`Error::Transport`]).
     #[inline]
     pub fn get_bytes(&self, pe: PeId, src: usize, dst: &mut [u8]) -> Result<()> {
         self.live_for(pe)?;
@@ -41,6 +53,12 @@ impl Runtime {
     ///
     /// # Safety
     /// `src` must stay valid and unmodified for `len` bytes until `quiet` returns.
+    ///
+    /// # Errors
+    /// [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when the range leaves
+    /// the heap (or touches its reserved first page); [`Error::NotInitialized`] after
+    /// finalize; [`Error::PeerExited`] once `pe` is known dead; the engine's error
+    /// ([`Error::Transport`]).
     pub unsafe fn put_nbi_raw(
         &self,
         pe: PeId,
@@ -67,6 +85,12 @@ impl Runtime {
     ///
     /// # Safety
     /// `dst` must stay valid for writes of `len` bytes until `quiet` returns.
+    ///
+    /// # Errors
+    /// [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when the range leaves
+    /// the heap (or touches its reserved first page); [`Error::NotInitialized`] after
+    /// finalize; [`Error::PeerExited`] once `pe` is known dead; the engine's error
+    /// ([`Error::Transport`]).
     pub unsafe fn get_nbi_raw(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
         if len < self.async_threshold && self.direct(pe).is_some() {
             // SAFETY: the caller keeps `dst` valid and unaliased for this call.
@@ -86,6 +110,12 @@ impl Runtime {
     ///
     /// # Safety
     /// `src` must stay valid for `len` bytes until the completion is done.
+    ///
+    /// # Errors
+    /// [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when the range leaves
+    /// the heap (or touches its reserved first page); [`Error::NotInitialized`] after
+    /// finalize; [`Error::PeerExited`] once `pe` is known dead; the engine's error
+    /// ([`Error::Transport`]).
     pub unsafe fn put_async_raw(
         &self,
         pe: PeId,
@@ -117,6 +147,12 @@ impl Runtime {
     ///
     /// # Safety
     /// `dst` must stay valid for `len` bytes until the completion is done.
+    ///
+    /// # Errors
+    /// [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when the range leaves
+    /// the heap (or touches its reserved first page); [`Error::NotInitialized`] after
+    /// finalize; [`Error::PeerExited`] once `pe` is known dead; the engine's error
+    /// ([`Error::Transport`]).
     pub unsafe fn get_async_raw(
         &self,
         pe: PeId,
@@ -134,6 +170,14 @@ impl Runtime {
 
     /// Non-blocking put that owns its source: the handle gives the buffer
     /// back when the data has left it (`wait` or `.await`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the data does not fit the object;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when
+    /// the range leaves the heap (or touches its reserved first page);
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn put_handle<T: Element>(
         &self,
         dst: impl Into<SymSlice<T>>,
@@ -158,6 +202,14 @@ impl Runtime {
 
     /// Non-blocking get into an owned buffer (its length is the element
     /// count); the handle gives the filled buffer back.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the data does not fit the object;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when
+    /// the range leaves the heap (or touches its reserved first page);
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn get_handle<T: Element>(
         &self,
         mut into: Vec<T>,
@@ -192,6 +244,12 @@ impl Runtime {
     /// # Safety
     /// `addr..addr+src.len()` must be memory of `pe` that the program allows
     /// to be written (the OS refuses unmapped addresses with an error).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when no linked engine reaches `pe`'s memory outside the heap;
+    /// [`Error::PeOutOfRange`] for a bad `pe`; [`Error::NotInitialized`] after finalize;
+    /// [`Error::PeerExited`] once `pe` is known dead; the OS error when the address is not
+    /// mapped there.
     pub unsafe fn put_to_address(&self, pe: PeId, addr: usize, src: &[u8]) -> Result<()> {
         let t = self.external_engine(pe)?;
         // SAFETY: `src` is a live slice; the remote side is the caller's contract.
@@ -199,6 +257,12 @@ impl Runtime {
     }
 
     /// Copies from `pe`'s process memory at virtual address `addr` into `dst`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when no linked engine reaches `pe`'s memory outside the heap;
+    /// [`Error::PeOutOfRange`] for a bad `pe`; [`Error::NotInitialized`] after finalize;
+    /// [`Error::PeerExited`] once `pe` is known dead; the OS error when the address is not
+    /// mapped there.
     pub fn get_from_address(&self, pe: PeId, addr: usize, dst: &mut [u8]) -> Result<()> {
         let t = self.external_engine(pe)?;
         // SAFETY: `dst` is a live exclusive slice; reading a peer is harmless to it.
@@ -206,6 +270,14 @@ impl Runtime {
     }
 
     /// Copies `src` into `dst` on `pe`. `src.len()` must not exceed `dst.len()`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the data does not fit the object;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when
+    /// the range leaves the heap (or touches its reserved first page);
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn put<T: Element>(&self, dst: impl Into<SymSlice<T>>, src: &[T], pe: PeId) -> Result<()> {
         let dst = dst.into();
         self.check_slice(&dst)?;
@@ -214,6 +286,14 @@ impl Runtime {
     }
 
     /// Copies `src` on `pe` into `dst`. `dst.len()` must not exceed `src.len()`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the data does not fit the object;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when
+    /// the range leaves the heap (or touches its reserved first page);
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn get<T: Element>(
         &self,
         dst: &mut [T],
@@ -227,12 +307,28 @@ impl Runtime {
     }
 
     /// Writes one element.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the data does not fit the object;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when
+    /// the range leaves the heap (or touches its reserved first page);
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn p<T: Element>(&self, dst: SymRef<T>, value: T, pe: PeId) -> Result<()> {
         self.check_ref(&dst)?;
         self.put_bytes(pe, dst.offset(), as_bytes(std::slice::from_ref(&value)))
     }
 
     /// Reads one element.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the data does not fit the object;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when
+    /// the range leaves the heap (or touches its reserved first page);
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn g<T: Element>(&self, src: SymRef<T>, pe: PeId) -> Result<T> {
         self.check_ref(&src)?;
         let mut v = std::mem::MaybeUninit::<T>::uninit();
@@ -248,6 +344,14 @@ impl Runtime {
 
     /// Strided put: `dst[i*dst_stride] = src[i*src_stride]` for `i < nelems`
     /// (strides in elements, at least 1).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a stride of 0 or strides that run past either array;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when
+    /// the range leaves the heap (or touches its reserved first page);
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn iput<T: Element>(
         &self,
         dst: impl Into<SymSlice<T>>,
@@ -273,6 +377,14 @@ impl Runtime {
     }
 
     /// Strided get: `dst[i*dst_stride] = src[i*src_stride]` for `i < nelems`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a stride of 0 or strides that run past either array;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when
+    /// the range leaves the heap (or touches its reserved first page);
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn iget<T: Element>(
         &self,
         dst: &mut [T],
@@ -301,6 +413,14 @@ impl Runtime {
     ///
     /// # Safety
     /// `src` must stay alive and unmodified until `quiet` returns.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the data does not fit the object;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when
+    /// the range leaves the heap (or touches its reserved first page);
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub unsafe fn put_nbi<T: Element>(
         &self,
         dst: impl Into<SymSlice<T>>,
@@ -325,6 +445,14 @@ impl Runtime {
     ///
     /// # Safety
     /// `dst` must stay alive and untouched until `quiet` returns.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the data does not fit the object;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when
+    /// the range leaves the heap (or touches its reserved first page);
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub unsafe fn get_nbi<T: Element>(
         &self,
         dst: &mut [T],

@@ -16,6 +16,10 @@ impl Runtime {
     }
 
     /// Name of the engine routing to `pe`.
+    ///
+    /// # Errors
+    /// [`Error::PeOutOfRange`] for a bad `pe`; [`Error::NotInitialized`] after finalize;
+    /// [`Error::PeerExited`] once `pe` is known dead.
     pub fn engine_for(&self, pe: PeId) -> Result<&'static str> {
         self.check_pe(pe)?;
         Ok(self.transports[self.routes[pe] as usize].name())

@@ -10,6 +10,14 @@ impl Runtime {
 
     /// Puts `src` into `dst` on `pe`, then updates `sig` on `pe`; the signal
     /// is observed only after the data.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the data does not fit the object;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub fn put_signal<T: Element>(
         &self,
         dst: impl Into<SymSlice<T>>,
@@ -44,6 +52,14 @@ impl Runtime {
     ///
     /// # Safety
     /// `src` must stay alive and unmodified until `quiet` returns.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the data does not fit the object;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     pub unsafe fn put_signal_nbi<T: Element>(
         &self,
         dst: impl Into<SymSlice<T>>,
@@ -75,6 +91,13 @@ impl Runtime {
     }
 
     /// Updates `sig` on `pe` without data.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
     #[inline]
     pub fn signal_op(&self, sig: SymRef<u64>, value: u64, op: SignalOp, pe: PeId) -> Result<()> {
         self.live_for(pe)?;
@@ -98,6 +121,11 @@ impl Runtime {
     }
 
     /// Reads this PE's signal word.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::OutOfHeap`] or [`Error::Misaligned`] for a signal word
+    /// outside the heap or unaligned; [`Error::NotInitialized`] after finalize.
     pub fn signal_fetch(&self, sig: SymRef<u64>) -> Result<u64> {
         self.live()?;
         self.check_signal(sig)?;
@@ -106,6 +134,14 @@ impl Runtime {
     }
 
     /// Waits until this PE's `sig <cmp> value`; returns the signal's value.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
+    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
+    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
     #[track_caller]
     pub fn signal_wait_until(&self, sig: SymRef<u64>, cmp: Cmp, value: u64) -> Result<u64> {
         self.live()?;

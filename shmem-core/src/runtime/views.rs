@@ -4,6 +4,11 @@ use super::*;
 
 impl Runtime {
     /// Copies this PE's part of a symmetric object into a `Vec`.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::OutOfHeap`] when the object leaves the heap;
+    /// [`Error::NotInitialized`] after finalize.
     pub fn read_local<T: Element>(&self, src: impl Into<SymSlice<T>>) -> Result<Vec<T>> {
         self.live()?;
         let src = src.into();
@@ -23,6 +28,11 @@ impl Runtime {
     }
 
     /// Copies `data` into this PE's part of a symmetric object.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::OutOfHeap`] when the object leaves the heap;
+    /// [`Error::NotInitialized`] after finalize.
     pub fn write_local<T: Element>(&self, dst: impl Into<SymSlice<T>>, data: &[T]) -> Result<()> {
         self.live()?;
         let dst = dst.into();
@@ -44,6 +54,11 @@ impl Runtime {
     ///
     /// # Safety
     /// No other PE (or thread) may write the range while the slice lives.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::OutOfHeap`] when the object leaves the heap;
+    /// [`Error::NotInitialized`] after finalize.
     pub unsafe fn local_slice<T: Element>(&self, src: impl Into<SymSlice<T>>) -> Result<&[T]> {
         self.live()?;
         let src = src.into();
@@ -60,6 +75,11 @@ impl Runtime {
     /// # Safety
     /// Nothing else (other PEs, threads, views) may access the range while
     /// the slice lives.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::OutOfHeap`] when the object leaves the heap;
+    /// [`Error::NotInitialized`] after finalize.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn local_slice_mut<T: Element>(
         &self,
@@ -79,6 +99,11 @@ impl Runtime {
 
     /// A load/store pointer to `offset` in `pe`'s heap, when `pe`'s memory
     /// is mapped into this process (`shmem_ptr`); `None` otherwise.
+    ///
+    /// # Errors
+    /// [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] for an offset past the
+    /// heap; [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is
+    /// known dead.
     pub fn peer_ptr(&self, offset: usize, pe: PeId) -> Result<Option<NonNull<u8>>> {
         let t = self.route(pe)?;
         self.check_range(offset, 0)?;
@@ -92,6 +117,10 @@ impl Runtime {
     /// Wakes `pe`'s blocked waiters after its memory changed outside the
     /// engines (e.g. through `put_to_address`); a no-op for a PE whose heap
     /// is not mapped here (its engine wakes it).
+    ///
+    /// # Errors
+    /// [`Error::PeOutOfRange`] for a bad `pe`; [`Error::NotInitialized`] after finalize;
+    /// [`Error::PeerExited`] once `pe` is known dead.
     pub fn wake_pe(&self, pe: PeId) -> Result<()> {
         let t = self.route(pe)?;
         let p = if pe == self.my_pe {
@@ -108,6 +137,11 @@ impl Runtime {
     }
 
     /// Typed [`Runtime::peer_ptr`].
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] when
+    /// the object leaves the heap; [`Error::NotInitialized`] after finalize.
     pub fn ptr<T: Element>(
         &self,
         obj: impl Into<SymSlice<T>>,

@@ -176,6 +176,14 @@ impl Runtime {
     }
 
     /// Waits until this PE's `ivar <cmp> value`.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
+    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
+    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
     #[track_caller]
     pub fn wait_until<T: WaitElement>(&self, ivar: SymRef<T>, cmp: Cmp, value: T) -> Result<()> {
         self.check_ref(&ivar)?;
@@ -190,6 +198,12 @@ impl Runtime {
     }
 
     /// Whether `ivar <cmp> value` holds now.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
     pub fn test<T: WaitElement>(&self, ivar: SymRef<T>, cmp: Cmp, value: T) -> Result<bool> {
         self.check_ref(&ivar)?;
         let p = self.wait_ptrs(SymSlice::<T>::from_raw_parts(
@@ -201,6 +215,14 @@ impl Runtime {
     }
 
     /// Waits until every variable not masked by `status` (true = skip) satisfies the comparison.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
+    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
+    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
     #[track_caller]
     pub fn wait_until_all<T: WaitElement>(
         &self,
@@ -214,6 +236,14 @@ impl Runtime {
 
     /// Waits until at least one unmasked variable satisfies the comparison;
     /// returns its index, or `None` if all are masked.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
+    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
+    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
     #[track_caller]
     pub fn wait_until_any<T: WaitElement>(
         &self,
@@ -227,6 +257,14 @@ impl Runtime {
 
     /// Waits until at least one unmasked variable satisfies the comparison;
     /// returns the indices of all that do.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
+    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
+    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
     #[track_caller]
     pub fn wait_until_some<T: WaitElement>(
         &self,
@@ -239,6 +277,14 @@ impl Runtime {
     }
 
     /// [`Runtime::wait_until_all`] with one comparison value per variable.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
+    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
+    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
     #[track_caller]
     pub fn wait_until_all_vector<T: WaitElement>(
         &self,
@@ -256,6 +302,14 @@ impl Runtime {
     }
 
     /// [`Runtime::wait_until_any`] with one comparison value per variable.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
+    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
+    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
     #[track_caller]
     pub fn wait_until_any_vector<T: WaitElement>(
         &self,
@@ -279,6 +333,14 @@ impl Runtime {
     }
 
     /// [`Runtime::wait_until_some`] with one comparison value per variable.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
+    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
+    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
     #[track_caller]
     pub fn wait_until_some_vector<T: WaitElement>(
         &self,
@@ -304,6 +366,12 @@ impl Runtime {
     }
 
     /// Whether every unmasked variable satisfies the comparison now.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
     pub fn test_all<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -315,6 +383,12 @@ impl Runtime {
     }
 
     /// The first unmasked variable satisfying the comparison now, if any.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
     pub fn test_any<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -326,6 +400,12 @@ impl Runtime {
     }
 
     /// Every unmasked variable satisfying the comparison now.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
     pub fn test_some<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -337,6 +417,12 @@ impl Runtime {
     }
 
     /// [`Runtime::test_all`] with one value per variable.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
     pub fn test_all_vector<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -350,6 +436,12 @@ impl Runtime {
     }
 
     /// [`Runtime::test_any`] with one value per variable.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
     pub fn test_any_vector<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -363,6 +455,12 @@ impl Runtime {
     }
 
     /// [`Runtime::test_some`] with one value per variable.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
     pub fn test_some_vector<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
