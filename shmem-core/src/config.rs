@@ -381,9 +381,6 @@ config_table! {
     /// Cores the node's PEs share.
     node_cores: u64 = "SHMEM_NODE_CORES", "0",
         "Cores this node's PEs share, which decides whether waits spin or yield (set by shmemrun when it binds each PE to one core; 0: the CPUs this process may run on)";
-    /// Size from which non-blocking copies go to the copy engine.
-    sdma_threshold: ByteSize = "SHMEM_SDMA_THRESHOLD", "4M",
-        "Non-blocking copies of at least this size (and all stream copies) go through the SDMA engine when it is linked";
     /// Engines loaded from shared libraries at init.
     transport_plugins: String = "SHMEM_TRANSPORT_PLUGINS", "",
         "Colon-separated paths of transport plugins (.so files exporting the C-ABI engine vtable) loaded at init, beside the linked engines";

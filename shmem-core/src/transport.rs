@@ -153,6 +153,13 @@ pub trait Transport: Send + Sync + fmt::Debug {
     fn capabilities(&self) -> Capabilities;
     /// Whether this engine can reach `pe`.
     fn can_reach(&self, pe: PeId) -> bool;
+    /// For an [`Capabilities::ASYNC`] engine: non-blocking copies of at
+    /// least this many bytes (and stream copies) go to it even where a
+    /// [`Capabilities::LOAD_STORE`] route could copy inline. `None` (the
+    /// default): no preference.
+    fn bulk_threshold(&self) -> Option<usize> {
+        None
+    }
     /// A load/store pointer to `offset` in `pe`'s heap, if the engine maps it.
     ///
     /// # Safety

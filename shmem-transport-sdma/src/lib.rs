@@ -29,6 +29,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
+use shmem_core::config::ByteSize;
 use shmem_core::wait::Span;
 use shmem_core::{
     AmoOp, AmoWidth, Capabilities, Completion, Error, PeId, Result, SignalOp, Transport,
@@ -51,6 +52,16 @@ pub fn link() {}
 shmem_core::inventory::submit! {
     TransportRegistration { name: NAME, priority: 50, create }
 }
+
+/// `SHMEM_SDMA_THRESHOLD`'s default, in bytes.
+const DEFAULT_BULK_THRESHOLD: usize = 4 << 20;
+
+shmem_core::config_var!(
+    "SHMEM_SDMA_THRESHOLD",
+    ByteSize,
+    "4M",
+    "Non-blocking copies of at least this size (and all stream copies) go through the SDMA engine when it reaches the PE"
+);
 
 shmem_core::config_var!(
     "SHMEM_SDMA_ENGINES",
@@ -91,6 +102,9 @@ pub struct Sdma {
     engines: usize,
     counters: Arc<Counters>,
     workers: Vec<JoinHandle<()>>,
+    /// Non-blocking copies of at least this many bytes come here
+    /// (`SHMEM_SDMA_THRESHOLD`).
+    bulk_threshold: usize,
 }
 
 impl std::fmt::Debug for Sdma {
@@ -117,12 +131,15 @@ fn engine_count(configured: u64) -> usize {
 fn create(init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
     let heaps = Arc::new(NodeHeaps::map(init, NAME)?);
     let engines = engine_count(init.config.var::<u64>("SHMEM_SDMA_ENGINES")?);
-    Ok(Arc::new(Sdma::start(
+    let threshold = init.config.var::<ByteSize>("SHMEM_SDMA_THRESHOLD")?.0;
+    let mut sdma = Sdma::start(
         init.bootstrap.rank(),
         heaps,
         init.topology.pid_of.clone(),
         engines,
-    )?))
+    )?;
+    sdma.bulk_threshold = threshold;
+    Ok(Arc::new(sdma))
 }
 
 /// A copy engine must run beside the PE, not on its core: a launcher that
@@ -196,6 +213,7 @@ impl Sdma {
             engines: engines.max(1),
             counters,
             workers,
+            bulk_threshold: DEFAULT_BULK_THRESHOLD,
         })
     }
 
@@ -309,6 +327,10 @@ impl Drop for Sdma {
 impl Transport for Sdma {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn bulk_threshold(&self) -> Option<usize> {
+        Some(self.bulk_threshold)
     }
 
     fn capabilities(&self) -> Capabilities {

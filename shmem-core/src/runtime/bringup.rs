@@ -172,6 +172,14 @@ impl Runtime {
             poll: Duration::from_millis(50),
             timeout: (!config.wait_timeout.is_zero()).then_some(config.wait_timeout),
         };
+        // Non-blocking copies this large go to an asynchronous engine that
+        // asks for them, instead of being copied inline.
+        let async_threshold = transports
+            .iter()
+            .filter(|t| t.capabilities().contains(Capabilities::ASYNC))
+            .filter_map(|t| t.bulk_threshold())
+            .min()
+            .unwrap_or(usize::MAX);
         let rt = Runtime {
             instance: opts.instance,
             my_pe,
@@ -188,7 +196,7 @@ impl Runtime {
             async_routes,
             in_use,
             direct,
-            async_threshold: config.sdma_threshold.0,
+            async_threshold,
             config,
             policy,
             finalized: AtomicBool::new(false),

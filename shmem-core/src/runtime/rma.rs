@@ -234,7 +234,7 @@ impl Runtime {
             .find(|t| t.capabilities().contains(Capabilities::EXTERNAL_MEMORY) && t.can_reach(pe))
             .map(|t| t.as_ref())
             .ok_or_else(|| Error::Unsupported(format!(
-                "no linked engine reaches PE {pe}'s memory outside the symmetric heap (the SDMA engine does, for same-node PEs)"
+                "no engine in use reaches PE {pe}'s memory outside the symmetric heap (that takes an engine with external-memory access to PE {pe})"
             )))
     }
 
