@@ -808,6 +808,20 @@ pub fn errors_on_bad_arguments(rt: &Runtime) -> Outcome {
         matches!(r, Err(Error::Misaligned { width: 4, .. })),
         "misaligned 32-bit AMO: {r:?}"
     );
+    let odd = shmem_core::SymRef::<u64>::from_raw_parts(w.offset() + 4, rt.instance());
+    let r = rt.signal_op(odd, 1, SignalOp::Set, next);
+    check!(
+        matches!(r, Err(Error::Misaligned { width: 8, .. })),
+        "misaligned signal: {r:?}"
+    );
+    let outside = shmem_core::SymRef::<u64>::from_raw_parts(size, rt.instance());
+    let r = rt.signal_op(outside, 1, SignalOp::Add, next);
+    check!(
+        matches!(r, Err(Error::OutOfHeap { .. })),
+        "signal past the heap: {r:?}"
+    );
+    let r = rt.put_signal(w.slice(0..1)?, &[1u64], odd, 1, SignalOp::Set, next);
+    check!(r.is_err(), "put_signal with a misaligned signal: {r:?}");
     let r = rt.atomic_raw(next, size - 4, AmoWidth::W64, AmoOp::Fetch);
     check!(r.is_err(), "AMO past the heap end: {r:?}");
     let r = rt.put(w.slice(0..2)?, &[1u64, 2, 3], next);
