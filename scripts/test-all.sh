@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The C ABI tests link C programs against libshmem (a cdylib, which
-# `cargo test` does not build) and launch them with shmemrun.
-cargo build -p shmem-capi -p shmem-launch
+# `cargo test` does not build) and launch them with shmemrun; the Python
+# plugin test loads the example plugin engine's .so.
+cargo build -p shmem-capi -p shmem-launch -p shmem-plugin-example
 cargo test --workspace
 
 # The Python package, installed into a private virtual environment.

@@ -34,6 +34,7 @@ const PROGRAMS: &[&str] = &[
     "info_name",
     "static_mapped",
     "no_finalize",
+    "plugin",
 ];
 
 fn crate_dir() -> PathBuf {
@@ -543,4 +544,65 @@ fn oshrun_and_oshcc_scripts() {
         .status()
         .expect("oshrun");
     assert!(status.success(), "oshrun -np 2 legacy: {status}");
+}
+
+/// Builds the example plugin engine (`examples/plugin-engine`) in this
+/// test's profile; its `.so`.
+fn plugin_engine() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(crate_dir().join(".."))
+            .args(["build", "-p", "shmem-plugin-example"]);
+        if libdir().ends_with("release") {
+            cmd.arg("--release");
+        }
+        let o = cmd
+            .output()
+            .map_err(|e| format!("running cargo build: {e}"))?;
+        if !o.status.success() {
+            return Err(format!(
+                "cargo build -p shmem-plugin-example: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        Ok(libdir().join("libshmem_plugin_example.so"))
+    });
+    match built {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A C program through `libshmem` on an engine the library was not built
+/// with: the plugin is loaded at init and forced for every peer.
+#[test]
+fn a_c_program_runs_on_a_run_time_plugin_engine() {
+    let so = plugin_engine();
+    for n in [2, 3] {
+        let mut opts = LaunchOptions::new(n, programs().join("plugin"));
+        opts.timeout = Some(Duration::from_secs(90));
+        opts.tag_output = true;
+        opts.env = vec![
+            ("SHMEM_TRANSPORT_PLUGINS".into(), so.display().to_string()),
+            ("SHMEM_TEST_ENGINE".into(), "MEMCPY".into()),
+        ];
+        let r = launch(&opts).unwrap_or_else(|e| panic!("launching plugin on {n} PEs: {e}"));
+        assert!(
+            r.success() && r.ends.iter().all(|e| *e == PeEnd::Exited(0)),
+            "plugin.c on {n} PEs with the MEMCPY plugin: {} {:?}",
+            r.summary().unwrap_or_default(),
+            r.ends
+        );
+    }
+    // Without the plugin the forced engine does not exist: the same run fails.
+    let mut opts = LaunchOptions::new(2, programs().join("plugin"));
+    opts.timeout = Some(Duration::from_secs(90));
+    opts.env = vec![("SHMEM_TEST_ENGINE".into(), "MEMCPY".into())];
+    let r = launch(&opts).expect("launching plugin without the plugin");
+    assert!(
+        !r.success(),
+        "MEMCPY cannot be forced when no plugin provides it"
+    );
 }

@@ -118,7 +118,7 @@ pub struct Collectives {
     pub(crate) fold: SymBuf<u8>,
     stage: SymBuf<u8>,
     pub(crate) stage_bytes: usize,
-    max_teams: usize,
+    pub(crate) max_teams: usize,
     /// Some node runs more PEs than it has cores (agreed by every PE).
     pub(crate) oversubscribed: bool,
     /// Every PE maps every PE's heap (one node, load/store engines; agreed
@@ -542,7 +542,7 @@ impl Collectives {
     }
 
     #[track_caller]
-    fn free_slots(&self) -> MutexGuard<'_, u64> {
+    pub(crate) fn free_slots(&self) -> MutexGuard<'_, u64> {
         self.free_slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -814,40 +814,6 @@ impl Collectives {
         drop(call);
         *self.free_slots() |= 1 << slot;
         Ok(())
-    }
-
-    /// Finds `count` slots free on every PE of `parent` (an AND-reduction of
-    /// the free masks, which doubles as the argument check).
-    #[track_caller]
-    fn agree_free_slots(
-        &self,
-        parent: &Team,
-        op: &'static str,
-        desc: Desc,
-        local: Result<()>,
-        describe: &dyn Fn() -> String,
-        count: usize,
-    ) -> Result<Vec<usize>> {
-        let mut mask = [*self.free_slots()];
-        let mut call = self.begin(parent, op, desc, local, describe)?;
-        crate::reduce::rd_allreduce(&mut call, crate::ReduceOp::And, &mut mask)?;
-        let mut bits = mask[0];
-        let mut out = Vec::with_capacity(count);
-        for _ in 0..count {
-            if bits == 0 {
-                return Err(Error::invalid(
-                    op,
-                    format!(
-                        "no free team slot common to the parent's PEs ({} teams at most; destroy unused teams)",
-                        self.max_teams
-                    ),
-                ));
-            }
-            let s = bits.trailing_zeros() as usize;
-            bits &= !(1 << s);
-            out.push(s);
-        }
-        Ok(out)
     }
 
     #[track_caller]

@@ -19,7 +19,7 @@
 use shmem_core::{Element, Error, Result, SymSlice};
 
 use crate::collectives::Call;
-use crate::reduce::{ReduceOp, Reducible};
+use crate::reduce_op::{ReduceOp, Reducible};
 
 /// Reductions of at least this many bytes on a mapped team take this path.
 pub(crate) const DIRECT_MIN_BYTES: usize = 64 << 10;

@@ -63,6 +63,7 @@ mod fold;
 mod gather;
 mod kv_shuffle;
 mod reduce;
+mod reduce_op;
 mod team;
 
 pub use algorithm::{
@@ -71,7 +72,7 @@ pub use algorithm::{
 };
 pub use collectives::{Collectives, CollectivesOptions};
 pub use kv_shuffle::{kv_shuffle_roles, KvCacheLayout, KvRole};
-pub use reduce::{BitwiseReducible, ReduceOp, Reducible, ScanKind};
+pub use reduce_op::{BitwiseReducible, ReduceOp, Reducible, ScanKind};
 pub use team::{Team, TeamConfig};
 
 #[cfg(test)]

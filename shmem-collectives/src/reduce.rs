@@ -17,152 +17,8 @@ use shmem_core::{as_bytes, Element, Error, Result, SymSlice};
 use crate::collectives::{check_disjoint, check_sym, Call, Desc};
 use crate::direct::{direct_allreduce, DIRECT_MIN_BYTES};
 use crate::fold::elems_from;
+use crate::reduce_op::{bitwise_on_float, BitwiseReducible, ReduceOp, Reducible, ScanKind};
 use crate::{Collectives, ReduceAlgorithm, ScanAlgorithm, Team};
-
-/// A reduction operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    /// Bitwise and (integers only).
-    And,
-    /// Bitwise or (integers only).
-    Or,
-    /// Bitwise exclusive or (integers only).
-    Xor,
-    /// Minimum.
-    Min,
-    /// Maximum.
-    Max,
-    /// Sum (wrapping for integers).
-    Sum,
-    /// Product (wrapping for integers).
-    Prod,
-}
-
-impl ReduceOp {
-    /// Every operator.
-    pub const ALL: [ReduceOp; 7] = [
-        ReduceOp::And,
-        ReduceOp::Or,
-        ReduceOp::Xor,
-        ReduceOp::Min,
-        ReduceOp::Max,
-        ReduceOp::Sum,
-        ReduceOp::Prod,
-    ];
-
-    /// Lower-case name, as in `shmem_int_sum_reduce`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceOp::And => "and",
-            ReduceOp::Or => "or",
-            ReduceOp::Xor => "xor",
-            ReduceOp::Min => "min",
-            ReduceOp::Max => "max",
-            ReduceOp::Sum => "sum",
-            ReduceOp::Prod => "prod",
-        }
-    }
-
-    /// Whether the operator is bitwise (and, or, xor).
-    pub fn is_bitwise(self) -> bool {
-        matches!(self, ReduceOp::And | ReduceOp::Or | ReduceOp::Xor)
-    }
-}
-
-/// A numeric element that reductions accept: min, max, sum and prod for
-/// every integer and float type; and, or and xor for integers
-/// ([`BitwiseReducible`]).
-pub trait Reducible: Element + PartialOrd {
-    /// Whether and/or/xor apply.
-    const BITWISE: bool;
-    /// `acc[i] = acc[i] op other[i]`; bitwise operators on floats are an
-    /// error.
-    fn combine(op: ReduceOp, acc: &mut [Self], other: &[Self]) -> Result<()>;
-    /// The value `x` with `identity op x == x` (what PE 0 gets from an
-    /// exclusive scan).
-    fn identity(op: ReduceOp) -> Self;
-}
-
-/// An integer element: bitwise reductions apply too.
-pub trait BitwiseReducible: Reducible {}
-
-fn bitwise_on_float(op: ReduceOp) -> Error {
-    Error::invalid(
-        "op",
-        format!(
-            "`{}` reduction needs an integer type, not a float",
-            op.name()
-        ),
-    )
-}
-
-macro_rules! int_reducible {
-    ($($t:ty),*) => { $(
-        impl Reducible for $t {
-            const BITWISE: bool = true;
-            fn combine(op: ReduceOp, acc: &mut [$t], other: &[$t]) -> Result<()> {
-                let pairs = acc.iter_mut().zip(other);
-                match op {
-                    ReduceOp::And => pairs.for_each(|(a, b)| *a &= *b),
-                    ReduceOp::Or => pairs.for_each(|(a, b)| *a |= *b),
-                    ReduceOp::Xor => pairs.for_each(|(a, b)| *a ^= *b),
-                    ReduceOp::Min => pairs.for_each(|(a, b)| *a = (*a).min(*b)),
-                    ReduceOp::Max => pairs.for_each(|(a, b)| *a = (*a).max(*b)),
-                    ReduceOp::Sum => pairs.for_each(|(a, b)| *a = a.wrapping_add(*b)),
-                    ReduceOp::Prod => pairs.for_each(|(a, b)| *a = a.wrapping_mul(*b)),
-                }
-                Ok(())
-            }
-            fn identity(op: ReduceOp) -> $t {
-                match op {
-                    ReduceOp::And | ReduceOp::Min => <$t>::MAX,
-                    ReduceOp::Max => <$t>::MIN,
-                    ReduceOp::Or | ReduceOp::Xor | ReduceOp::Sum => 0,
-                    ReduceOp::Prod => 1,
-                }
-            }
-        }
-        impl BitwiseReducible for $t {}
-    )* };
-}
-int_reducible!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
-
-macro_rules! float_reducible {
-    ($($t:ty),*) => { $(
-        impl Reducible for $t {
-            const BITWISE: bool = false;
-            fn combine(op: ReduceOp, acc: &mut [$t], other: &[$t]) -> Result<()> {
-                let pairs = acc.iter_mut().zip(other);
-                match op {
-                    ReduceOp::Min => pairs.for_each(|(a, b)| *a = a.min(*b)),
-                    ReduceOp::Max => pairs.for_each(|(a, b)| *a = a.max(*b)),
-                    ReduceOp::Sum => pairs.for_each(|(a, b)| *a += *b),
-                    ReduceOp::Prod => pairs.for_each(|(a, b)| *a *= *b),
-                    ReduceOp::And | ReduceOp::Or | ReduceOp::Xor => return Err(bitwise_on_float(op)),
-                }
-                Ok(())
-            }
-            fn identity(op: ReduceOp) -> $t {
-                match op {
-                    ReduceOp::Min => <$t>::INFINITY,
-                    ReduceOp::Max => <$t>::NEG_INFINITY,
-                    ReduceOp::Prod => 1.0,
-                    _ => 0.0,
-                }
-            }
-        }
-    )* };
-}
-float_reducible!(f32, f64);
-
-/// Whether a scan includes the PE's own contribution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ScanKind {
-    /// PE i gets `x_0 op ... op x_i`.
-    Inclusive,
-    /// PE i gets `x_0 op ... op x_(i-1)`; PE 0 gets the operator's identity.
-    Exclusive,
-}
 
 /// Reads `len` staged elements written by a peer.
 fn staged<T: Element>(call: &Call<'_>, at: usize, len: usize) -> Result<Vec<T>> {
@@ -672,4 +528,42 @@ fn rd_scan<T: Reducible>(
         }
     }
     Ok(())
+}
+
+/// Team creation agrees on free team slots with the AND-allreduce here, so
+/// that the collectives module does not depend on this one.
+impl Collectives {
+    /// Finds `count` slots free on every PE of `parent` (an AND-reduction of
+    /// the free masks, which doubles as the argument check).
+    #[track_caller]
+    pub(crate) fn agree_free_slots(
+        &self,
+        parent: &Team,
+        op: &'static str,
+        desc: Desc,
+        local: Result<()>,
+        describe: &dyn Fn() -> String,
+        count: usize,
+    ) -> Result<Vec<usize>> {
+        let mut mask = [*self.free_slots()];
+        let mut call = self.begin(parent, op, desc, local, describe)?;
+        rd_allreduce(&mut call, ReduceOp::And, &mut mask)?;
+        let mut bits = mask[0];
+        let mut out = Vec::with_capacity(count);
+        for _ in 0..count {
+            if bits == 0 {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "no free team slot common to the parent's PEs ({} teams at most; destroy unused teams)",
+                        self.max_teams
+                    ),
+                ));
+            }
+            let s = bits.trailing_zeros() as usize;
+            bits &= !(1 << s);
+            out.push(s);
+        }
+        Ok(out)
+    }
 }

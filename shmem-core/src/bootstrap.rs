@@ -299,12 +299,21 @@ pub trait Bootstrap: Send + Sync {
     /// Number of PEs in the job.
     fn size(&self) -> usize;
     /// Every PE contributes `data`; returns all contributions indexed by rank.
+    ///
+    /// # Errors
+    /// When a PE has exited or the job was aborted (naming the PE), or the call times out.
     fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
     /// Returns once every PE has entered the barrier.
+    ///
+    /// # Errors
+    /// As [`Bootstrap::allgather`].
     fn barrier(&self) -> Result<()> {
         self.allgather(&[]).map(|_| ())
     }
     /// Returns `root`'s `data` on every PE (non-roots' `data` is ignored).
+    ///
+    /// # Errors
+    /// [`crate::Error::PeOutOfRange`] for a bad `root`; as [`Bootstrap::allgather`].
     fn broadcast(&self, root: PeId, data: &[u8]) -> Result<Vec<u8>> {
         let mut all = self.allgather(data)?;
         if root >= all.len() {
@@ -317,9 +326,15 @@ pub trait Bootstrap: Send + Sync {
     }
     /// `Ok` while every PE is alive; the error names a PE that has exited
     /// (or the PE that aborted the job). Must be cheap: waits poll it.
+    ///
+    /// # Errors
+    /// [`crate::Error::PeerExited`] or [`crate::Error::Aborted`] naming the PE.
     fn check_peers(&self) -> Result<()>;
     /// Ends the whole job: every PE exits with `status` (OpenSHMEM `global_exit`).
     /// Returns only if the message could not be delivered.
+    ///
+    /// # Errors
+    /// When the message could not be delivered to the job.
     fn abort(&self, status: i32, message: &str) -> Result<()>;
     /// The local IP address this PE uses to reach the job's control plane:
     /// an address its peers can reach it at (engines bind their listeners
@@ -328,6 +343,9 @@ pub trait Bootstrap: Send + Sync {
         None
     }
     /// Leaves the job cleanly (collective). Later calls fail.
+    ///
+    /// # Errors
+    /// When leaving fails: a PE died, the job was aborted, or the final exchange timed out.
     fn finalize(&self) -> Result<()>;
     /// Asks the control plane to mark PEs dead in `health` as soon as it
     /// learns of their death (including deaths already known). The default

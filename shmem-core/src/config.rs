@@ -14,6 +14,9 @@ pub trait ConfigValue: Sized + Clone {
     /// Human name of the type, shown by `SHMEM_INFO`.
     const KIND: &'static str;
     /// Parses the variable's text.
+    ///
+    /// # Errors
+    /// A message saying why `text` is not a value of this type.
     fn parse(text: &str) -> std::result::Result<Self, String>;
     /// Formats the effective value.
     fn show(&self) -> String;
@@ -24,6 +27,9 @@ pub trait ConfigValue: Sized + Clone {
 pub struct ByteSize(pub usize);
 
 /// Parses `"64"`, `"4K"`, `"256M"`, `"1G"`, `"2GiB"`, `"1.5G"` into bytes.
+///
+/// # Errors
+/// A message when `text` has no number, is not a size, or overflows.
 pub fn parse_size(text: &str) -> std::result::Result<usize, String> {
     let t = text.trim();
     let upper = t.to_ascii_uppercase();
@@ -139,6 +145,10 @@ macro_rules! config_table {
         #[derive(Debug, Clone)]
         pub struct Config {
             $( $(#[$doc])* pub $field: $ty, )*
+            /// Text of every variable other crates declared with
+            /// [`crate::config_var!`] (unset ones absent), read with
+            /// [`Config::var`].
+            pub declared: std::collections::BTreeMap<&'static str, String>,
         }
 
         /// One row of the variable table.
@@ -162,8 +172,23 @@ macro_rules! config_table {
         impl Config {
             /// Reads the configuration through `lookup` (the environment in
             /// [`Config::from_env`]); unset variables take their default.
+            ///
+            /// # Errors
+            /// [`Error::Config`] naming the first variable whose text does not parse.
             pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
+                let mut declared = std::collections::BTreeMap::new();
+                for v in declared_variables() {
+                    if let Some(text) = lookup(v.name) {
+                        (v.check)(&text).map_err(|reason| Error::Config {
+                            name: v.name,
+                            value: text.clone(),
+                            reason,
+                        })?;
+                        declared.insert(v.name, text);
+                    }
+                }
                 Ok(Config {
+                    declared,
                     $( $field: {
                         let text = lookup($name);
                         let src = text.as_deref().unwrap_or($default);
@@ -176,21 +201,105 @@ macro_rules! config_table {
                 })
             }
 
-            /// `(name, effective value, help)` for every variable.
+            /// `(name, effective value, help)` for every variable: core's
+            /// table, then the declared ones by name.
             pub fn effective(&self) -> Vec<(&'static str, String, &'static str)> {
-                vec![ $( ($name, ConfigValue::show(&self.$field), $help), )* ]
+                let mut v = vec![ $( ($name, ConfigValue::show(&self.$field), $help), )* ];
+                for d in declared_variables() {
+                    let text = self.declared.get(d.name).map_or(d.default, String::as_str);
+                    v.push((d.name, text.to_string(), d.help));
+                }
+                v
             }
         }
     };
+}
+
+/// A `SHMEM_*` variable declared by the crate that reads it (an engine, a
+/// plugin, a front end), with [`crate::config_var!`]. Core's own table
+/// stays in [`Config`]'s fields; `SHMEM_INFO=1` lists both.
+pub struct ConfigVar {
+    /// Environment variable name.
+    pub name: &'static str,
+    /// Value type, as [`ConfigValue::KIND`] names it.
+    pub kind: &'static str,
+    /// Default, as text.
+    pub default: &'static str,
+    /// What it does.
+    pub help: &'static str,
+    /// Checks a value's text (the type's parser).
+    pub check: fn(&str) -> std::result::Result<(), String>,
+}
+
+inventory::collect!(ConfigVar);
+
+/// Declares a `SHMEM_*` variable read by this crate: it joins the
+/// `SHMEM_INFO` listing and [`Config::var`] reads it.
+///
+/// ```
+/// shmem_core::config_var!("SHMEM_EXAMPLE_DEPTH", u64, "4", "Queue depth of the example engine");
+/// let c = shmem_core::Config::from_lookup(|k| (k == "SHMEM_EXAMPLE_DEPTH").then(|| "9".into())).unwrap();
+/// assert_eq!(c.var::<u64>("SHMEM_EXAMPLE_DEPTH").unwrap(), 9);
+/// assert!(c.info_table().contains("SHMEM_EXAMPLE_DEPTH"));
+/// ```
+#[macro_export]
+macro_rules! config_var {
+    ($name:literal, $ty:ty, $default:literal, $help:literal) => {
+        $crate::inventory::submit! {
+            $crate::config::ConfigVar {
+                name: $name,
+                kind: <$ty as $crate::config::ConfigValue>::KIND,
+                default: $default,
+                help: $help,
+                check: |text| <$ty as $crate::config::ConfigValue>::parse(text).map(|_| ()),
+            }
+        }
+    };
+}
+
+/// Variables declared with [`crate::config_var!`] by the linked crates, by name.
+pub fn declared_variables() -> Vec<&'static ConfigVar> {
+    let mut v: Vec<_> = inventory::iter::<ConfigVar>.into_iter().collect();
+    v.sort_by_key(|d| d.name);
+    v.dedup_by_key(|d| d.name);
+    v
+}
+
+impl Config {
+    /// The value of a variable declared with [`crate::config_var!`]: its
+    /// text from the environment, else its default, parsed as `T`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when no linked crate declares `name`, or its text
+    /// does not parse as `T`.
+    pub fn var<T: ConfigValue>(&self, name: &'static str) -> Result<T> {
+        let decl = declared_variables()
+            .into_iter()
+            .find(|d| d.name == name)
+            .ok_or_else(|| Error::Config {
+                name,
+                value: String::new(),
+                reason: "no linked crate declares this variable".into(),
+            })?;
+        let text = self.declared.get(name).map_or(decl.default, String::as_str);
+        T::parse(text).map_err(|reason| Error::Config {
+            name,
+            value: text.to_string(),
+            reason,
+        })
+    }
 }
 
 config_table! {
     /// Bytes of symmetric heap per PE.
     symmetric_size: ByteSize = "SHMEM_SYMMETRIC_SIZE", "256M",
         "Symmetric heap size per PE (K/M/G suffixes); init's mem_size overrides it";
+    /// Kind of heap backing.
+    heap: String = "SHMEM_HEAP", "memfd",
+        "Symmetric heap backing, by registered kind (memfd: shared memory that same-node engines map)";
     /// Forced engine for every peer, empty for automatic routing.
     test_engine: String = "SHMEM_TEST_ENGINE", "",
-        "Force one transport for every peer: HCCS, SDMA or ROCE (case-insensitive); empty routes automatically";
+        "Force one engine for every peer, by name (case-insensitive): a linked one or one loaded from SHMEM_TRANSPORT_PLUGINS; empty routes automatically";
     /// Print the variable table at init.
     info: bool = "SHMEM_INFO", "0",
         "Print this table with effective values at init (rank 0)";
@@ -263,9 +372,6 @@ config_table! {
     /// Time to declare a silent network peer dead.
     link_timeout: Duration = "SHMEM_LINK_TIMEOUT", "5",
         "Seconds after which a peer whose TCP link went silent (cable cut, host gone) is reported as exited";
-    /// Software or hardware verbs.
-    roce_provider: String = "SHMEM_ROCE_PROVIDER", "auto",
-        "RoCE provider: auto (hw when an RDMA device is found, else sw), hw (ibverbs) or sw (software verbs over TCP)";
     /// Interface the bootstrap binds / engines listen on.
     bootstrap_ifname: String = "SHMEM_BOOTSTRAP_IFNAME", "",
         "Network interface whose IPv4 address rank 0's store binds to for UniqueId init (overrides the automatic choice)";
@@ -275,12 +381,9 @@ config_table! {
     /// Cores the node's PEs share.
     node_cores: u64 = "SHMEM_NODE_CORES", "0",
         "Cores this node's PEs share, which decides whether waits spin or yield (set by shmemrun when it binds each PE to one core; 0: the CPUs this process may run on)";
-    /// Copy-engine threads.
-    sdma_engines: u64 = "SHMEM_SDMA_ENGINES", "0",
-        "Copy-engine threads of the SDMA transport (0: half the cores, at least 1, at most 8)";
-    /// Size from which non-blocking copies go to the copy engine.
-    sdma_threshold: ByteSize = "SHMEM_SDMA_THRESHOLD", "4M",
-        "Non-blocking copies of at least this size (and all stream copies) go through the SDMA engine when it is linked";
+    /// Engines loaded from shared libraries at init.
+    transport_plugins: String = "SHMEM_TRANSPORT_PLUGINS", "",
+        "Colon-separated paths of transport plugins (.so files exporting the C-ABI engine vtable) loaded at init, beside the linked engines";
     /// Store ports for instances above 0.
     instance_port_range: String = "SHMEM_INSTANCE_PORT_RANGE", "",
         "start:end ports for the config stores of instances 1.. started from a launcher (instance k uses start+k-1)";
@@ -288,6 +391,9 @@ config_table! {
 
 impl Config {
     /// Reads the configuration from the process environment.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the first variable whose text does not parse.
     pub fn from_env() -> Result<Config> {
         Config::from_lookup(|name| std::env::var(name).ok())
     }
@@ -319,6 +425,9 @@ impl Config {
     /// Spin time before a wait blocks, given the number of PEs on this node.
     /// `progress_threads` says whether an engine in use needs CPU time of its
     /// own (a software progress thread), which a long spin would steal.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when `SHMEM_SPIN_US` is neither `auto` nor a number.
     pub fn spin_duration(&self, local_pes: usize, progress_threads: bool) -> Result<Duration> {
         if self.spin_us.trim().eq_ignore_ascii_case("auto") || self.spin_us.trim().is_empty() {
             let cores = self.cores();
@@ -341,6 +450,35 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    crate::config_var!(
+        "SHMEM_TEST_DECLARED",
+        u64,
+        "3",
+        "A variable declared by a test"
+    );
+
+    #[test]
+    fn declared_variables_are_read_checked_and_listed() {
+        let c = Config::from_lookup(|_| None).unwrap();
+        assert_eq!(c.var::<u64>("SHMEM_TEST_DECLARED").unwrap(), 3);
+        assert!(c.info_table().contains("SHMEM_TEST_DECLARED"));
+        let c = Config::from_lookup(|k| (k == "SHMEM_TEST_DECLARED").then(|| "12".into())).unwrap();
+        assert_eq!(c.var::<u64>("SHMEM_TEST_DECLARED").unwrap(), 12);
+        assert!(c.info_table().contains("12"));
+        let e = Config::from_lookup(|k| (k == "SHMEM_TEST_DECLARED").then(|| "many".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("SHMEM_TEST_DECLARED") && e.contains("many"),
+            "{e}"
+        );
+        let e = c.var::<u64>("SHMEM_NOT_DECLARED").unwrap_err().to_string();
+        assert!(
+            e.contains("SHMEM_NOT_DECLARED") && e.contains("declares"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn sizes_parse_with_suffixes() {

@@ -225,6 +225,14 @@ pub enum Error {
         /// Why it failed.
         reason: String,
     },
+    /// A transport plugin could not be loaded (`SHMEM_TRANSPORT_PLUGINS`).
+    #[error("transport plugin {path}: {reason}")]
+    Plugin {
+        /// The shared library.
+        path: String,
+        /// Why it was refused.
+        reason: String,
+    },
     /// An operation this transport or build does not support.
     #[error("unsupported: {0}")]
     Unsupported(String),

@@ -17,17 +17,84 @@ pub const RESERVED_BYTES: usize = 4096;
 pub const MIN_ALIGN: usize = 64;
 
 /// How a heap can be reached by a transport of another process.
-#[derive(Debug, Clone, Copy)]
+///
+/// Open to new kinds of memory: a heap that is neither a mappable
+/// descriptor nor unexportable (device memory, a registered RDMA region)
+/// says what it is with [`HeapExport::Other`], and the engines that know
+/// that kind downcast the handle.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum HeapExport {
     /// A file descriptor that maps the heap (`memfd`), for same-node peers.
     Fd(RawFd),
+    /// Any other kind of handle, named by `kind` (e.g. `"cuda-ipc"`).
+    Other {
+        /// What the handle is, for engines to recognise and for errors.
+        kind: &'static str,
+        /// The handle itself.
+        handle: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    },
     /// The heap cannot be exported.
     None,
 }
 
+/// A kind of heap backing, submitted with `inventory::submit!` by the
+/// crate that provides it (`memfd` is core's); `SHMEM_HEAP` picks one.
+pub struct HeapRegistration {
+    /// Name as `SHMEM_HEAP` spells it (lower case).
+    pub name: &'static str,
+    /// Creates and maps a zero-filled heap of `size` bytes for this PE.
+    pub create: fn(size: usize) -> Result<std::sync::Arc<dyn Heap>>,
+}
+
+inventory::collect!(HeapRegistration);
+
+fn create_memfd(size: usize) -> Result<std::sync::Arc<dyn Heap>> {
+    Ok(std::sync::Arc::new(MemfdHeap::new(size)?))
+}
+
+inventory::submit! {
+    HeapRegistration { name: "memfd", create: create_memfd }
+}
+
+/// Names of the registered heap kinds, sorted.
+pub fn heap_kinds() -> Vec<&'static str> {
+    let mut v: Vec<_> = inventory::iter::<HeapRegistration>
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Creates a heap of the registered kind `name` (case-insensitive).
+///
+/// # Errors
+/// [`Error::Config`] naming `SHMEM_HEAP` and the known kinds when no crate
+/// registers `name`; the kind's own error when it cannot be created.
+pub fn create_heap(name: &str, size: usize) -> Result<std::sync::Arc<dyn Heap>> {
+    let want = name.trim().to_ascii_lowercase();
+    let reg = inventory::iter::<HeapRegistration>
+        .into_iter()
+        .find(|r| r.name == want)
+        .ok_or_else(|| Error::Config {
+            name: "SHMEM_HEAP",
+            value: name.to_string(),
+            reason: format!("no such heap kind; registered: {}", heap_kinds().join(", ")),
+        })?;
+    (reg.create)(size)
+}
+
 /// The symmetric heap of this PE.
-pub trait Heap: Send + Sync + std::fmt::Debug {
+///
+/// # Safety
+/// Engines and the runtime write through [`Heap::base`] without further
+/// checks: an implementation must return a mapping of [`Heap::size`]
+/// readable and writable bytes that stays valid, at the same address, for
+/// as long as the value lives, and [`Heap::export`] must describe that same
+/// memory. The first [`RESERVED_BYTES`] are the runtime's (its wait control
+/// block) and must start zeroed.
+pub unsafe trait Heap: Send + Sync + std::fmt::Debug {
     /// First byte of the heap in this process.
     fn base(&self) -> NonNull<u8>;
     /// Size in bytes, identical on every PE.
@@ -55,6 +122,11 @@ unsafe impl Sync for MemfdHeap {}
 
 impl MemfdHeap {
     /// Creates and maps a zero-filled heap of `size` bytes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `size` is below one page plus a cache line or above
+    /// this machine's memory; [`Error::Os`] when `memfd_create`, `ftruncate` or `mmap`
+    /// fails.
     pub fn new(size: usize) -> Result<MemfdHeap> {
         if size < RESERVED_BYTES + MIN_ALIGN {
             return Err(Error::invalid(
@@ -92,6 +164,9 @@ impl MemfdHeap {
 }
 
 /// Maps `size` bytes of `fd` shared and writable.
+///
+/// # Errors
+/// [`Error::Os`] when `mmap` fails.
 pub fn map_fd(fd: RawFd, size: usize) -> Result<NonNull<u8>> {
     // SAFETY: a fresh mapping chosen by the kernel; arguments are valid.
     let ptr = unsafe {
@@ -133,7 +208,9 @@ fn physical_memory() -> u64 {
     pages as u64 * page as u64
 }
 
-impl Heap for MemfdHeap {
+// SAFETY: a zero-filled shared mapping of `size` bytes made in `new`,
+// unmapped only in `Drop`; the fd is the memfd behind it.
+unsafe impl Heap for MemfdHeap {
     fn base(&self) -> NonNull<u8> {
         self.base
     }
@@ -186,6 +263,10 @@ impl Allocator {
     }
 
     /// Allocates `bytes` (0 is treated as 1) aligned to `align` (a power of two).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an alignment that is not a power of two;
+    /// [`Error::OutOfMemory`] when no free block fits.
     pub fn alloc(&mut self, bytes: usize, align: usize) -> Result<usize> {
         if !align.is_power_of_two() {
             return Err(Error::invalid(
@@ -222,6 +303,9 @@ impl Allocator {
     }
 
     /// Frees the allocation at `offset`; returns its usable length.
+    ///
+    /// # Errors
+    /// [`Error::InvalidFree`] when `offset` is not a live allocation.
     pub fn free(&mut self, offset: usize) -> Result<usize> {
         let (start, len) = self
             .live
@@ -258,6 +342,10 @@ impl Allocator {
     }
 
     /// Tries to resize the allocation at `offset` in place; returns whether it could.
+    ///
+    /// # Errors
+    /// [`Error::InvalidFree`] when `offset` is not a live allocation;
+    /// [`Error::OutOfMemory`] when `bytes` overflows.
     pub fn resize_in_place(&mut self, offset: usize, bytes: usize) -> Result<bool> {
         let &(start, len) = self
             .live

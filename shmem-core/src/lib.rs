@@ -37,9 +37,11 @@ pub mod completion;
 pub mod config;
 pub mod error;
 pub mod heap;
+pub mod loadstore;
 pub mod log;
 pub mod net;
 pub mod node_heaps;
+pub mod plugin;
 pub mod runtime;
 pub mod stream;
 pub mod sym;
@@ -55,8 +57,8 @@ pub use bootstrap::{Activity, ActivityGuard, ActivityState, Bootstrap, HangPolic
 pub use completion::{Completion, Failed, Handle};
 pub use config::Config;
 pub use error::{Error, Result};
-pub use heap::{Heap, HeapExport, MemfdHeap};
-pub use runtime::{as_bytes, as_bytes_mut, MemType, Runtime, RuntimeOptions};
+pub use heap::{Heap, HeapExport, HeapRegistration, MemfdHeap};
+pub use runtime::{as_bytes, as_bytes_mut, MemType, Runtime, RuntimeOptions, RuntimeParts};
 pub use stream::{Event, Stream};
 pub use sym::{
     AtomicElement, AtomicInteger, Element, Signal, SymBuf, SymRef, SymSlice, WaitElement,

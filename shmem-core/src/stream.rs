@@ -74,10 +74,25 @@ impl std::fmt::Debug for Stream {
     }
 }
 
+impl Runtime {
+    /// Creates a stream on this runtime (its own worker thread).
+    ///
+    /// # Errors
+    /// [`crate::Error::NotInitialized`] after finalize; an OS error when the
+    /// worker thread cannot be started.
+    pub fn create_stream(self: &Arc<Self>) -> Result<Stream> {
+        self.live()?;
+        Stream::new(self.clone())
+    }
+}
+
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Stream {
     /// Creates a stream with its own worker thread.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the worker thread cannot be started.
     pub fn new(rt: Arc<Runtime>) -> Result<Stream> {
         let (tx, rx) = mpsc::channel::<Job>();
         let inner = Arc::new(Inner {
@@ -120,6 +135,10 @@ impl Stream {
     }
 
     /// Enqueues an arbitrary operation; `desc` names it in errors.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped. Errors
+    /// of the operation itself are reported by [`Stream::synchronize`].
     pub fn enqueue(
         &self,
         desc: impl Into<String>,
@@ -147,6 +166,10 @@ impl Stream {
 
     /// Blocks until every operation enqueued so far has run. Returns the
     /// first error since the last synchronize, naming the operation.
+    ///
+    /// # Errors
+    /// [`Error::StreamOp`] naming the first operation that failed since the
+    /// last synchronize; [`Error::InvalidArgument`] (`stream`) when the worker has stopped.
     pub fn synchronize(&self) -> Result<()> {
         let target = self.inner.lock().enqueued;
         let mut st = self.inner.lock();
@@ -192,6 +215,10 @@ impl Stream {
     }
 
     /// Puts this PE's `src` (symmetric) into `dst` on `pe`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped. Errors
+    /// of the operation itself are reported by [`Stream::synchronize`].
     pub fn put<T: Element>(
         &self,
         dst: impl Into<SymSlice<T>>,
@@ -213,6 +240,10 @@ impl Stream {
     }
 
     /// Puts an owned buffer into `dst` on `pe`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped. Errors
+    /// of the operation itself are reported by [`Stream::synchronize`].
     pub fn put_owned<T: Element>(
         &self,
         dst: impl Into<SymSlice<T>>,
@@ -243,6 +274,10 @@ impl Stream {
     }
 
     /// Gets `src` from `pe` into this PE's `dst` (symmetric).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped. Errors
+    /// of the operation itself are reported by [`Stream::synchronize`].
     pub fn get<T: Element>(
         &self,
         dst: impl Into<SymSlice<T>>,
@@ -264,6 +299,10 @@ impl Stream {
     }
 
     /// Puts `src` into `dst` on `pe`, then updates `sig` on `pe`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped. Errors
+    /// of the operation itself are reported by [`Stream::synchronize`].
     pub fn put_signal<T: Element>(
         &self,
         dst: impl Into<SymSlice<T>>,
@@ -290,6 +329,10 @@ impl Stream {
     }
 
     /// Updates `sig` on `pe`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped. Errors
+    /// of the operation itself are reported by [`Stream::synchronize`].
     pub fn signal_op(&self, sig: SymRef<u64>, value: u64, op: SignalOp, pe: PeId) -> Result<()> {
         self.enqueue(format!("signal_op on PE {pe}"), move |rt| {
             rt.signal_op(sig, value, op, pe)
@@ -297,6 +340,10 @@ impl Stream {
     }
 
     /// Waits (in the stream) until this PE's `sig <cmp> value`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped. Errors
+    /// of the operation itself are reported by [`Stream::synchronize`].
     pub fn signal_wait_until(&self, sig: SymRef<u64>, cmp: Cmp, value: u64) -> Result<()> {
         self.enqueue(format!("signal_wait_until {cmp:?} {value}"), move |rt| {
             rt.signal_wait_until(sig, cmp, value).map(|_| ())
@@ -304,16 +351,28 @@ impl Stream {
     }
 
     /// Completes this PE's outstanding operations (in stream order).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped. Errors
+    /// of the operation itself are reported by [`Stream::synchronize`].
     pub fn quiet(&self) -> Result<()> {
         self.enqueue("quiet", |rt| rt.quiet())
     }
 
     /// Runs `f` on the stream's thread, in order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped. Errors
+    /// of the operation itself are reported by [`Stream::synchronize`].
     pub fn host_fn(&self, f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
         self.enqueue("host callback", move |_| f())
     }
 
     /// Marks this point of the stream in `event`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped. Errors
+    /// of the operation itself are reported by [`Stream::synchronize`].
     pub fn record(&self, event: &Event) -> Result<()> {
         let generation = event.arm();
         let ev = event.clone();
@@ -328,6 +387,10 @@ impl Stream {
     }
 
     /// Makes this stream wait until `event`'s latest recording has been reached.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped. Errors
+    /// of the operation itself are reported by [`Stream::synchronize`].
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         let generation = event.armed();
         let ev = event.clone();
@@ -416,6 +479,10 @@ impl Event {
     }
 
     /// Blocks the host until the latest recording has been reached.
+    ///
+    /// # Errors
+    /// As the wait it ends: [`Error::PeerExited`] or [`Error::Aborted`] when the job fails
+    /// while waiting.
     pub fn synchronize(&self) -> Result<()> {
         self.wait_for(self.armed(), None)
     }

@@ -201,6 +201,9 @@ macro_rules! view_methods {
             self.tag
         }
         /// A sub-range; an error if it runs past the end.
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`] when the range is reversed or runs past the object.
         pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<SymSlice<T>> {
             let (s, e) = range_of(range, self.len)?;
             Ok(SymSlice {
@@ -212,6 +215,9 @@ macro_rules! view_methods {
             })
         }
         /// Element `index`; an error if out of range.
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`] when `index` is past the object.
         pub fn at(&self, index: usize) -> Result<SymRef<T>> {
             if index >= self.len {
                 return Err(Error::invalid(

@@ -31,6 +31,10 @@ pub fn node_key() -> String {
 
 impl Topology {
     /// Exchanges node identities over the bootstrap (collective).
+    ///
+    /// # Errors
+    /// A bootstrap error from the allgather; [`Error::Bootstrap`] when a PE's record is
+    /// malformed.
     pub fn discover(bootstrap: &dyn Bootstrap) -> Result<Topology> {
         let key = node_key();
         // SAFETY: getuid has no preconditions.

@@ -153,8 +153,20 @@ pub trait Transport: Send + Sync + fmt::Debug {
     fn capabilities(&self) -> Capabilities;
     /// Whether this engine can reach `pe`.
     fn can_reach(&self, pe: PeId) -> bool;
+    /// For an [`Capabilities::ASYNC`] engine: non-blocking copies of at
+    /// least this many bytes (and stream copies) go to it even where a
+    /// [`Capabilities::LOAD_STORE`] route could copy inline. `None` (the
+    /// default): no preference.
+    fn bulk_threshold(&self) -> Option<usize> {
+        None
+    }
     /// A load/store pointer to `offset` in `pe`'s heap, if the engine maps it.
-    fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
+    ///
+    /// # Safety
+    /// `pe` must be a PE of the job and `offset` at most the heap size (the
+    /// runtime checks both); an engine may compute the pointer without
+    /// checking them.
+    unsafe fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
         let _ = (pe, offset);
         None
     }
@@ -163,17 +175,29 @@ pub trait Transport: Send + Sync + fmt::Debug {
     ///
     /// # Safety
     /// `src` must be valid for reads of `len` bytes.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn put(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()>;
     /// Copies `len` bytes from `pe`'s heap at `src` into local `dst`; returns
     /// when the data has arrived.
     ///
     /// # Safety
     /// `dst` must be valid for writes of `len` bytes.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn get(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()>;
     /// Starts a put; completion (and reuse of `src`) only after [`Transport::quiet`].
     ///
     /// # Safety
     /// `src` must stay valid for reads of `len` bytes until `quiet` returns.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn put_nbi(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
         // SAFETY: forwarded contract; a blocking put is a valid non-blocking one.
         unsafe { self.put(pe, dst, src, len) }
@@ -182,6 +206,10 @@ pub trait Transport: Send + Sync + fmt::Debug {
     ///
     /// # Safety
     /// `dst` must stay valid for writes of `len` bytes until `quiet` returns.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn get_nbi(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { self.get(pe, src, dst, len) }
@@ -191,6 +219,10 @@ pub trait Transport: Send + Sync + fmt::Debug {
     ///
     /// # Safety
     /// `src` must stay valid for reads of `len` bytes until the completion is done.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn put_async(
         &self,
         pe: PeId,
@@ -206,6 +238,10 @@ pub trait Transport: Send + Sync + fmt::Debug {
     ///
     /// # Safety
     /// `dst` must stay valid for writes of `len` bytes until the completion is done.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     unsafe fn get_async(
         &self,
         pe: PeId,
@@ -222,6 +258,11 @@ pub trait Transport: Send + Sync + fmt::Debug {
     ///
     /// # Safety
     /// `src` must be valid for reads of `len` bytes.
+    ///
+    /// # Errors
+    /// [`crate::Error::Unsupported`] unless the engine has
+    /// [`Capabilities::EXTERNAL_MEMORY`]; an error naming the PE when the peer is gone; the
+    /// engine's own failure as [`crate::Error::Transport`].
     unsafe fn put_to_address(
         &self,
         pe: PeId,
@@ -239,6 +280,11 @@ pub trait Transport: Send + Sync + fmt::Debug {
     ///
     /// # Safety
     /// `dst` must be valid for writes of `len` bytes.
+    ///
+    /// # Errors
+    /// [`crate::Error::Unsupported`] unless the engine has
+    /// [`Capabilities::EXTERNAL_MEMORY`]; an error naming the PE when the peer is gone; the
+    /// engine's own failure as [`crate::Error::Transport`].
     unsafe fn get_from_address(
         &self,
         pe: PeId,
@@ -254,14 +300,37 @@ pub trait Transport: Send + Sync + fmt::Debug {
     }
     /// Performs `op` on the `width`-wide word at `offset` of `pe`; returns
     /// the previous value.
-    fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64>;
+    ///
+    /// # Safety
+    /// `pe` must be a PE of the job, `[offset, offset + width)` inside the
+    /// symmetric heap (past its reserved first page) and `offset` aligned to
+    /// `width`; the runtime checks all three before calling, and an engine
+    /// may touch the word without checking them again.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
+    unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64>;
     /// Updates the 64-bit signal word at `sig` of `pe`.
-    fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()>;
+    ///
+    /// # Safety
+    /// As for [`Transport::atomic`] with an 8-byte word at `sig`.
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
+    unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()>;
     /// Puts data, then updates the signal; the signal is visible only after
     /// the data. With `nbi`, `src` must stay valid until `quiet`.
     ///
     /// # Safety
-    /// `src` must be valid for reads of `len` bytes (until `quiet` if `nbi`).
+    /// `src` must be valid for reads of `len` bytes (until `quiet` if `nbi`);
+    /// `[dst, dst + len)` inside the heap and `sig` as for
+    /// [`Transport::signal`] (the runtime checks them).
+    ///
+    /// # Errors
+    /// an error naming the PE when the peer is gone; the engine's own failure as
+    /// [`crate::Error::Transport`].
     #[allow(clippy::too_many_arguments)]
     unsafe fn put_signal(
         &self,
@@ -278,14 +347,21 @@ pub trait Transport: Send + Sync + fmt::Debug {
         // SAFETY: forwarded contract.
         unsafe { self.put(pe, dst, src, len)? };
         self.fence()?;
-        self.signal(pe, sig, op, value)
+        // SAFETY: the caller's contract covers `sig` as for `signal`.
+        unsafe { self.signal(pe, sig, op, value) }
     }
     /// Orders earlier puts/AMOs to each PE before later ones to the same PE.
+    ///
+    /// # Errors
+    /// The engine's failure.
     fn fence(&self) -> Result<()>;
     /// Completes every outstanding operation this PE issued on this engine.
     /// The runtime follows the engines' `quiet` with one `SeqCst` fence, so
     /// an engine whose operations finish before they return (plain loads and
     /// stores) returns at once.
+    ///
+    /// # Errors
+    /// The engine's failure, or an error naming a PE whose operations cannot complete.
     fn quiet(&self) -> Result<()>;
 }
 
@@ -326,9 +402,76 @@ pub fn registered() -> Vec<&'static TransportRegistration> {
     v
 }
 
-/// Names of the linked engines, for error messages.
+/// An engine the runtime can build: linked in, or loaded from a plugin.
+#[derive(Debug, Clone)]
+pub enum EngineSource {
+    /// Submitted with `inventory` by a linked crate.
+    Linked(&'static TransportRegistration),
+    /// Loaded from `SHMEM_TRANSPORT_PLUGINS`.
+    Plugin(Arc<crate::plugin::LoadedPlugin>),
+}
+
+impl fmt::Debug for TransportRegistration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TransportRegistration")
+            .field("name", &self.name)
+            .field("priority", &self.priority)
+            .finish()
+    }
+}
+
+impl EngineSource {
+    /// Engine name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EngineSource::Linked(r) => r.name,
+            EngineSource::Plugin(p) => p.name(),
+        }
+    }
+    /// Routing priority.
+    pub fn priority(&self) -> u32 {
+        match self {
+            EngineSource::Linked(r) => r.priority,
+            EngineSource::Plugin(p) => p.priority(),
+        }
+    }
+    /// Builds the engine (collective).
+    ///
+    /// # Errors
+    /// What the engine's constructor reports.
+    pub fn create(&self, init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
+        match self {
+            EngineSource::Linked(r) => (r.create)(init),
+            EngineSource::Plugin(p) => p.create(init),
+        }
+    }
+}
+
+/// The linked engines and those of `SHMEM_TRANSPORT_PLUGINS`, highest
+/// priority first (ties by name).
+///
+/// # Errors
+/// [`crate::Error::Plugin`] when a plugin cannot be loaded or its engine
+/// has the name of a linked engine.
+pub fn available(config: &Config) -> Result<Vec<EngineSource>> {
+    let mut v: Vec<EngineSource> = registered().into_iter().map(EngineSource::Linked).collect();
+    for p in crate::plugin::load_configured(config)? {
+        if v.iter().any(|e| e.name() == p.name()) {
+            return Err(crate::Error::Plugin {
+                path: p.path().to_string(),
+                reason: format!("its engine {} is already linked or loaded", p.name()),
+            });
+        }
+        v.push(EngineSource::Plugin(p));
+    }
+    v.sort_by(|a, b| b.priority().cmp(&a.priority()).then(a.name().cmp(b.name())));
+    Ok(v)
+}
+
+/// Names of the linked engines and loaded plugins, for error messages.
 pub fn registered_names() -> String {
-    let names: Vec<_> = registered().iter().map(|r| r.name).collect();
+    let mut names: Vec<_> = registered().iter().map(|r| r.name).collect();
+    names.extend(crate::plugin::loaded_names());
     if names.is_empty() {
         "none (enable a transport feature of the `shmem` crate)".to_string()
     } else {

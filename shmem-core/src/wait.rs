@@ -371,6 +371,10 @@ pub struct WaitPolicy {
 ///
 /// # Safety
 /// `cb` must point to the live control block of this PE's heap.
+///
+/// # Errors
+/// `alive()`'s error, which ends the wait; `timeout_err(elapsed)` once `policy.timeout` has
+/// passed.
 pub unsafe fn wait_until<E>(
     cb: *const ControlBlock,
     policy: WaitPolicy,

@@ -21,12 +21,12 @@ use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
-use shmem_core::node_heaps::NodeHeaps;
 use shmem_core::wait::Span;
 use shmem_core::{
     AmoOp, AmoWidth, Capabilities, PeId, Result, SignalOp, Transport, TransportInit,
     TransportRegistration,
 };
+use shmem_shm::NodeHeaps;
 
 /// Engine name.
 pub const NAME: &str = "HCCS";
@@ -73,7 +73,7 @@ impl Transport for Hccs {
         self.heaps.base(pe).is_some()
     }
 
-    fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
+    unsafe fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
         let b = self.heaps.base(pe)?;
         // SAFETY: the runtime checked offset <= heap size.
         NonNull::new(unsafe { b.as_ptr().add(offset) })
@@ -95,13 +95,13 @@ impl Transport for Hccs {
         Ok(())
     }
 
-    fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
+    unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
         let base = self.base(pe)?;
         // SAFETY: offset in range and aligned (checked by the runtime).
         Ok(unsafe { NodeHeaps::atomic(base, offset, width, op) })
     }
 
-    fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
+    unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
         let base = self.base(pe)?;
         // SAFETY: aligned, in-heap signal word (checked by the runtime).
         unsafe { NodeHeaps::signal(base, sig, op, value, Span::bytes(0, 0)) };

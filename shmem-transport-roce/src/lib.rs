@@ -48,6 +48,13 @@ shmem_core::inventory::submit! {
     TransportRegistration { name: NAME, priority: 10, create }
 }
 
+shmem_core::config_var!(
+    "SHMEM_ROCE_PROVIDER",
+    String,
+    "auto",
+    "RoCE provider: auto (hw when an RDMA device is found, else sw), hw (ibverbs) or sw (software verbs over TCP)"
+);
+
 /// RDMA devices found by the `hw` provider (`Ok(vec![])`: none).
 pub fn rdma_devices() -> std::result::Result<Vec<String>, String> {
     #[cfg(feature = "ibverbs")]
@@ -67,7 +74,11 @@ fn create(init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
         .map(|pe| forced || !init.topology.same_node(pe))
         .collect();
     let needed = forced || init.topology.n_nodes() > 1;
-    let provider = init.config.roce_provider.trim().to_ascii_lowercase();
+    let provider = init
+        .config
+        .var::<String>("SHMEM_ROCE_PROVIDER")?
+        .trim()
+        .to_ascii_lowercase();
     match provider.as_str() {
         "auto" | "" => {
             if needed {

@@ -941,7 +941,7 @@ impl Transport for SwVerbs {
         unsafe { self.get_async(pe, src, dst, len) }.map(|_| ())
     }
 
-    fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
+    unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
         let qp = self.qp(pe)?;
         let (a, b, c) = amo_code(op);
         let out = Arc::new(AtomicU64::new(0));
@@ -969,7 +969,7 @@ impl Transport for SwVerbs {
         Ok(out.load(Ordering::Acquire))
     }
 
-    fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
+    unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
         let qp = self.qp(pe)?;
         let c = u64::from(op == SignalOp::Add);
         let req = Request {

@@ -29,12 +29,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use shmem_core::node_heaps::NodeHeaps;
+use shmem_core::config::ByteSize;
 use shmem_core::wait::Span;
 use shmem_core::{
     AmoOp, AmoWidth, Capabilities, Completion, Error, PeId, PeerHealth, Result, SignalOp,
     Transport, TransportInit, TransportRegistration,
 };
+use shmem_shm::NodeHeaps;
 
 /// Engine name.
 pub const NAME: &str = "SDMA";
@@ -51,6 +52,23 @@ pub fn link() {}
 shmem_core::inventory::submit! {
     TransportRegistration { name: NAME, priority: 50, create }
 }
+
+/// `SHMEM_SDMA_THRESHOLD`'s default, in bytes.
+const DEFAULT_BULK_THRESHOLD: usize = 4 << 20;
+
+shmem_core::config_var!(
+    "SHMEM_SDMA_THRESHOLD",
+    ByteSize,
+    "4M",
+    "Non-blocking copies of at least this size (and all stream copies) go through the SDMA engine when it reaches the PE"
+);
+
+shmem_core::config_var!(
+    "SHMEM_SDMA_ENGINES",
+    u64,
+    "0",
+    "Copy-engine threads of the SDMA transport (0: half the cores, at least 1, at most 8)"
+);
 
 struct Descriptor {
     /// The PE whose memory is read or written.
@@ -166,6 +184,9 @@ pub struct Sdma {
     counters: Arc<Counters>,
     watch: QuietWatch,
     workers: Vec<JoinHandle<()>>,
+    /// Non-blocking copies of at least this many bytes come here
+    /// (`SHMEM_SDMA_THRESHOLD`).
+    bulk_threshold: usize,
 }
 
 impl std::fmt::Debug for Sdma {
@@ -191,19 +212,20 @@ fn engine_count(configured: u64) -> usize {
 
 fn create(init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
     let heaps = Arc::new(NodeHeaps::map(init, NAME)?);
-    let engines = engine_count(init.config.sdma_engines);
+    let engines = engine_count(init.config.var::<u64>("SHMEM_SDMA_ENGINES")?);
+    let threshold = init.config.var::<ByteSize>("SHMEM_SDMA_THRESHOLD")?.0;
     let health = Arc::new(PeerHealth::new());
     init.bootstrap.watch_peers(health.clone());
     let timeout = (!init.config.wait_timeout.is_zero()).then_some(init.config.wait_timeout);
-    Ok(Arc::new(
-        Sdma::start(
-            init.bootstrap.rank(),
-            heaps,
-            init.topology.pid_of.clone(),
-            engines,
-        )?
-        .watching(health, timeout),
-    ))
+    let mut sdma = Sdma::start(
+        init.bootstrap.rank(),
+        heaps,
+        init.topology.pid_of.clone(),
+        engines,
+    )?
+    .watching(health, timeout);
+    sdma.bulk_threshold = threshold;
+    Ok(Arc::new(sdma))
 }
 
 /// A copy engine must run beside the PE, not on its core: a launcher that
@@ -281,6 +303,7 @@ impl Sdma {
             counters,
             watch: QuietWatch::default(),
             workers,
+            bulk_threshold: DEFAULT_BULK_THRESHOLD,
         })
     }
 
@@ -412,6 +435,10 @@ impl Transport for Sdma {
         NAME
     }
 
+    fn bulk_threshold(&self) -> Option<usize> {
+        Some(self.bulk_threshold)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::RMA
             | Capabilities::AMO
@@ -425,7 +452,7 @@ impl Transport for Sdma {
         self.heaps.base(pe).is_some()
     }
 
-    fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
+    unsafe fn peer_ptr(&self, pe: PeId, offset: usize) -> Option<NonNull<u8>> {
         let b = self.heaps.base(pe)?;
         // SAFETY: the runtime checked offset <= heap size.
         NonNull::new(unsafe { b.as_ptr().add(offset) })
@@ -521,13 +548,13 @@ impl Transport for Sdma {
         self.remote_vm(pe, addr, dst, len, false)
     }
 
-    fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
+    unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
         let base = self.heaps.require(pe)?;
         // SAFETY: offset in range and aligned (checked by the runtime).
         Ok(unsafe { NodeHeaps::atomic(base, offset, width, op) })
     }
 
-    fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
+    unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
         let base = self.heaps.require(pe)?;
         // SAFETY: aligned, in-heap signal word (checked by the runtime).
         unsafe { NodeHeaps::signal(base, sig, op, value, Span::bytes(0, 0)) };

@@ -42,8 +42,8 @@ pub use shmem_collectives::{Collectives, KvCacheLayout, ReduceOp, Team};
 pub use shmem_core::config::{Config, VARIABLES};
 pub use shmem_core::{
     AtomicElement, AtomicInteger, Bootstrap, Cmp, Completion, Element, Error, Event, Failed,
-    Handle, MemType, PeId, Result, Runtime, Signal, SignalOp, Stream, SymBuf, SymRef, SymSlice,
-    WaitElement,
+    Handle, Heap, MemType, MemfdHeap, PeId, Result, Runtime, Signal, SignalOp, Stream, SymBuf,
+    SymRef, SymSlice, TransportRegistration, WaitElement,
 };
 pub use shmem_launch as launch;
 
@@ -208,47 +208,150 @@ pub enum JoinMethod {
 
 /// Full-control initialisation: how to join, heap size (`None`:
 /// `SHMEM_SYMMETRIC_SIZE`), instance id and configuration (`None`: read
-/// the environment).
+/// the environment). [`Builder`] offers the same and more.
+///
+/// # Errors
+/// As [`Builder::init`].
 pub fn init_with(
     join: JoinMethod,
     mem_size: Option<usize>,
     instance_id: u32,
     config: Option<Config>,
 ) -> Result<Shmem> {
-    link_transports();
-    if registry_read().instances.contains_key(&instance_id) {
-        return Err(Error::AlreadyInitialized(instance_id));
+    let mut b = Builder::new().join(join).instance(instance_id);
+    if let Some(m) = mem_size {
+        b = b.mem_size(m);
     }
-    let config = match config {
-        Some(c) => c,
-        None => Config::from_env()?,
-    };
-    if let Some(0) = mem_size {
-        return Err(Error::invalid("mem_size", "must be positive"));
+    if let Some(c) = config {
+        b = b.config(c);
     }
-    let bs = match &join {
-        JoinMethod::Environment => shmem_bootstrap::init_instance_from_env(&config, instance_id)?,
-        JoinMethod::UniqueId { rank, nranks, uid } => {
-            shmem_bootstrap::init_with_unique_id(*rank, *nranks, uid, &config)?
+    b.init()
+}
+
+/// Builds a PE from parts: any [`Bootstrap`] (or a [`JoinMethod`]), any
+/// heap, engines beside the linked ones. [`init`] is
+/// `Builder::new().init()`.
+///
+/// ```no_run
+/// # fn demo(bootstrap: std::sync::Arc<dyn shmem::Bootstrap>) -> shmem::Result<()> {
+/// let pe = shmem::Builder::new()
+///     .bootstrap(bootstrap)                          // e.g. your own control plane
+///     .heap(std::sync::Arc::new(shmem::MemfdHeap::new(64 << 20)?))
+///     .init()?;
+/// # pe.finalize() }
+/// ```
+#[derive(Default)]
+pub struct Builder {
+    join: Option<JoinMethod>,
+    bootstrap: Option<Arc<dyn Bootstrap>>,
+    parts: shmem_core::RuntimeParts,
+    mem_size: Option<usize>,
+    instance: u32,
+    config: Option<Config>,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("join", &self.join)
+            .field("bootstrap", &self.bootstrap.is_some())
+            .field("parts", &self.parts)
+            .field("mem_size", &self.mem_size)
+            .field("instance", &self.instance)
+            .finish()
+    }
+}
+
+impl Builder {
+    /// Everything default: join from the environment, a heap of kind
+    /// `SHMEM_HEAP`, the linked engines, instance 0.
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+    /// How to join when no [`Builder::bootstrap`] is given.
+    pub fn join(mut self, join: JoinMethod) -> Builder {
+        self.join = Some(join);
+        self
+    }
+    /// A control plane of the caller's (replaces [`Builder::join`]).
+    pub fn bootstrap(mut self, bootstrap: Arc<dyn Bootstrap>) -> Builder {
+        self.bootstrap = Some(bootstrap);
+        self
+    }
+    /// This PE's heap (its size is the job's heap size).
+    pub fn heap(mut self, heap: Arc<dyn shmem_core::Heap>) -> Builder {
+        self.parts.heap = Some(heap);
+        self
+    }
+    /// An engine offered beside the linked ones (every PE must add the same).
+    pub fn transport(mut self, engine: &'static shmem_core::TransportRegistration) -> Builder {
+        self.parts.extra_engines.push(engine);
+        self
+    }
+    /// Heap size when the heap is created here.
+    pub fn mem_size(mut self, bytes: usize) -> Builder {
+        self.mem_size = Some(bytes);
+        self
+    }
+    /// Instance number (several may live in one process).
+    pub fn instance(mut self, instance: u32) -> Builder {
+        self.instance = instance;
+        self
+    }
+    /// Configuration (default: read the environment).
+    pub fn config(mut self, config: Config) -> Builder {
+        self.config = Some(config);
+        self
+    }
+
+    /// Joins the job (collective) and registers the instance.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyInitialized`] when the instance exists;
+    /// [`Error::InvalidArgument`] for a zero `mem_size`; a configuration,
+    /// bootstrap, heap or engine error from joining.
+    pub fn init(self) -> Result<Shmem> {
+        link_transports();
+        let instance_id = self.instance;
+        if registry_read().instances.contains_key(&instance_id) {
+            return Err(Error::AlreadyInitialized(instance_id));
         }
-        JoinMethod::Attributes { rank, nranks, url } => {
-            shmem_bootstrap::init_attr(*rank, *nranks, url, &config)?
+        let config = match self.config {
+            Some(c) => c,
+            None => Config::from_env()?,
+        };
+        if let Some(0) = self.mem_size {
+            return Err(Error::invalid("mem_size", "must be positive"));
         }
-    };
-    let rt = Runtime::new(
-        Arc::new(bs),
-        shmem_core::RuntimeOptions {
-            instance: instance_id,
-            mem_size,
-            config,
-        },
-    )?;
-    let coll = Collectives::new(rt.clone())?;
-    let s = Shmem { rt, coll };
-    let mut r = registry_write();
-    r.instances.insert(instance_id, s.clone());
-    r.current = Some(instance_id);
-    Ok(s)
+        let bs: Arc<dyn Bootstrap> =
+            match (self.bootstrap, self.join.unwrap_or(JoinMethod::Environment)) {
+                (Some(b), _) => b,
+                (None, JoinMethod::Environment) => Arc::new(
+                    shmem_bootstrap::init_instance_from_env(&config, instance_id)?,
+                ),
+                (None, JoinMethod::UniqueId { rank, nranks, uid }) => Arc::new(
+                    shmem_bootstrap::init_with_unique_id(rank, nranks, &uid, &config)?,
+                ),
+                (None, JoinMethod::Attributes { rank, nranks, url }) => {
+                    Arc::new(shmem_bootstrap::init_attr(rank, nranks, &url, &config)?)
+                }
+            };
+        let rt = Runtime::with_parts(
+            bs,
+            shmem_core::RuntimeOptions {
+                instance: instance_id,
+                mem_size: self.mem_size,
+                config,
+            },
+            self.parts,
+        )?;
+        let coll = Collectives::new(rt.clone())?;
+        let s = Shmem { rt, coll };
+        let mut r = registry_write();
+        r.instances.insert(instance_id, s.clone());
+        r.current = Some(instance_id);
+        Ok(s)
+    }
 }
 
 /// Joins the job described by the environment (`shmemrun`, torchrun), or

@@ -394,6 +394,13 @@ fn shmem_info_prints_the_effective_table() {
     for var in shmem::VARIABLES {
         assert!(err.contains(var.name), "{} missing from:\n{err}", var.name);
     }
+    // Engines declare their own variables; they are listed too.
+    let declared = shmem_core::config::declared_variables();
+    assert!(declared.iter().any(|v| v.name == "SHMEM_ROCE_PROVIDER"));
+    assert!(declared.iter().any(|v| v.name == "SHMEM_SDMA_ENGINES"));
+    for var in declared {
+        assert!(err.contains(var.name), "{} missing from:\n{err}", var.name);
+    }
     assert!(
         err.contains("SHMEM_SYMMETRIC_SIZE") && err.contains("32M"),
         "{err}"

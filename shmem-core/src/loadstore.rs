@@ -1,0 +1,130 @@
+//! Load/store on a mapped symmetric heap: the operations behind
+//! [`crate::Capabilities::LOAD_STORE`].
+//!
+//! An engine that declares `LOAD_STORE` promises that its put, atomics and
+//! signals are exactly these functions on the peer's mapped heap, so the
+//! runtime may call them itself for blocking operations. Each writes, then
+//! rings the target's wait doorbell ([`crate::wait::ring`]) for the bytes
+//! it changed. How a peer's heap comes to be mapped here is the engine's
+//! business (`shmem-shm` maps same-node heaps).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::transport::{AmoOp, AmoWidth, SignalOp};
+use crate::wait::{ring, ring_after_seqcst, ControlBlock, Span};
+
+/// Wakes the blocked waiters of the PE whose heap starts at `base` that
+/// watch `len` bytes at `offset` (after this thread wrote them).
+///
+/// # Safety
+/// `base` must be a mapped symmetric heap (it starts with its control
+/// block) that stays mapped for the call.
+#[inline]
+pub unsafe fn wake(base: *mut u8, offset: usize, len: usize) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { ring(base as *const ControlBlock, &[Span::bytes(offset, len)]) };
+}
+
+/// Copies `len` bytes from `src` to `dst` of the heap at `base` and
+/// wakes that PE's waiters watching them (a load/store put).
+///
+/// # Safety
+/// `base` must be a mapped heap (it starts with its control block),
+/// `[dst, dst + len)` inside it, and `src` valid for `len` bytes (it may
+/// overlap the destination when the heap is this PE's own).
+#[inline]
+pub unsafe fn put(base: *mut u8, dst: usize, src: *const u8, len: usize) {
+    // SAFETY: guaranteed by the caller; `copy` allows overlap.
+    unsafe {
+        std::ptr::copy(src, base.add(dst), len);
+        wake(base, dst, len);
+    }
+}
+
+/// Performs a CPU atomic on the word at `offset` of the heap at `base`
+/// and wakes that PE's waiters if the word changed; returns the old value.
+///
+/// # Safety
+/// `base` must be a mapped heap and `offset` in range and aligned to `width`.
+#[inline]
+pub unsafe fn atomic(base: *mut u8, offset: usize, width: AmoWidth, op: AmoOp) -> u64 {
+    // SAFETY: guaranteed by the caller.
+    let p = unsafe { base.add(offset) };
+    let old = match width {
+        // SAFETY: aligned, in-heap word only accessed atomically.
+        AmoWidth::W32 => amo32(unsafe { AtomicU32::from_ptr(p.cast()) }, op) as u64,
+        // SAFETY: as above.
+        AmoWidth::W64 => amo64(unsafe { AtomicU64::from_ptr(p.cast()) }, op),
+    };
+    if op != AmoOp::Fetch {
+        // SAFETY: every mapped heap starts with its control block.
+        unsafe {
+            ring_after_seqcst(
+                base as *const ControlBlock,
+                &[Span::bytes(offset, width.bytes())],
+            )
+        };
+    }
+    old
+}
+
+/// Updates the signal word at `sig` of the heap at `base` and wakes
+/// that PE's waiters that watch it or `data` (the span a put-with-signal
+/// just wrote; empty for a bare signal).
+///
+/// # Safety
+/// `base` must be a mapped heap and `sig` in range and 8-byte aligned.
+pub unsafe fn signal(base: *mut u8, sig: usize, op: SignalOp, value: u64, data: Span) {
+    // SAFETY: guaranteed by the caller.
+    let s = unsafe { AtomicU64::from_ptr(base.add(sig).cast()) };
+    match op {
+        SignalOp::Set => s.store(value, Ordering::SeqCst),
+        SignalOp::Add => {
+            s.fetch_add(value, Ordering::SeqCst);
+        }
+    }
+    // SAFETY: every mapped heap starts with its control block.
+    unsafe { ring_after_seqcst(base as *const ControlBlock, &[Span::bytes(sig, 8), data]) };
+}
+
+#[inline]
+fn amo32(p: &AtomicU32, op: AmoOp) -> u32 {
+    let sc = Ordering::SeqCst;
+    match op {
+        AmoOp::Fetch => p.load(sc),
+        AmoOp::Set(v) => {
+            p.store(v as u32, sc);
+            0
+        }
+        AmoOp::Swap(v) => p.swap(v as u32, sc),
+        AmoOp::CompareSwap { cond, value } => {
+            match p.compare_exchange(cond as u32, value as u32, sc, sc) {
+                Ok(x) | Err(x) => x,
+            }
+        }
+        AmoOp::Add(v) => p.fetch_add(v as u32, sc),
+        AmoOp::And(v) => p.fetch_and(v as u32, sc),
+        AmoOp::Or(v) => p.fetch_or(v as u32, sc),
+        AmoOp::Xor(v) => p.fetch_xor(v as u32, sc),
+    }
+}
+
+#[inline]
+fn amo64(p: &AtomicU64, op: AmoOp) -> u64 {
+    let sc = Ordering::SeqCst;
+    match op {
+        AmoOp::Fetch => p.load(sc),
+        AmoOp::Set(v) => {
+            p.store(v, sc);
+            0
+        }
+        AmoOp::Swap(v) => p.swap(v, sc),
+        AmoOp::CompareSwap { cond, value } => match p.compare_exchange(cond, value, sc, sc) {
+            Ok(x) | Err(x) => x,
+        },
+        AmoOp::Add(v) => p.fetch_add(v, sc),
+        AmoOp::And(v) => p.fetch_and(v, sc),
+        AmoOp::Or(v) => p.fetch_or(v, sc),
+        AmoOp::Xor(v) => p.fetch_xor(v, sc),
+    }
+}

@@ -1,0 +1,61 @@
+//! Ordering and completion (`fence`, `quiet`) and leaving the job.
+
+use super::*;
+
+impl Runtime {
+    /// Orders puts/AMOs to each PE.
+    ///
+    /// # Errors
+    /// [`Error::NotInitialized`] after finalize; an engine's error.
+    pub fn fence(&self) -> Result<()> {
+        self.live()?;
+        self.in_use
+            .iter()
+            .try_for_each(|&i| self.transports[i as usize].fence())
+    }
+
+    /// Completes every outstanding operation of this PE.
+    ///
+    /// # Errors
+    /// After finalize; when an engine fails; and once any PE has been
+    /// reported dead (naming it), since operations to it cannot have
+    /// completed.
+    pub fn quiet(&self) -> Result<()> {
+        self.live()?;
+        let r = self
+            .in_use
+            .iter()
+            .try_for_each(|&i| self.transports[i as usize].quiet());
+        // One full fence for all engines: every store this PE made (copies
+        // on mapped heaps included) is ordered before anything after quiet.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.health.word() != 0 {
+            self.health.check(None)?;
+        }
+        r
+    }
+
+    /// Ends the whole job with `status` (OpenSHMEM `global_exit`).
+    pub fn global_exit(&self, status: i32, message: &str) -> ! {
+        let _ = self.bootstrap.abort(status, message);
+        std::process::exit(status)
+    }
+
+    /// Leaves the job (collective): completes outstanding work, waits for
+    /// every PE, then releases mappings and the bootstrap.
+    ///
+    /// # Errors
+    /// [`Error::NotInitialized`] when already finalized; otherwise the first of: `quiet`'s
+    /// error (a dead PE, an engine), the final barrier's, the bootstrap's.
+    pub fn finalize(&self) -> Result<()> {
+        if self.finalized.load(Ordering::Acquire) {
+            return Err(Error::NotInitialized);
+        }
+        let q = self.quiet();
+        let b = self.bootstrap.barrier();
+        self.finalized.store(true, Ordering::Release);
+        self.health.mark_finalized();
+        let f = self.bootstrap.finalize();
+        q.and(b).and(f)
+    }
+}

@@ -1,0 +1,159 @@
+//! Signals: put-with-signal, signal updates and waits on a signal word.
+
+use super::*;
+
+impl Runtime {
+    fn check_signal(&self, sig: SymRef<u64>) -> Result<()> {
+        self.check_ref(&sig)?;
+        self.check_atomic(sig.offset(), 8)
+    }
+
+    /// Puts `src` into `dst` on `pe`, then updates `sig` on `pe`; the signal
+    /// is observed only after the data.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the data does not fit the object;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
+    pub fn put_signal<T: Element>(
+        &self,
+        dst: impl Into<SymSlice<T>>,
+        src: &[T],
+        sig: SymRef<u64>,
+        value: u64,
+        op: SignalOp,
+        pe: PeId,
+    ) -> Result<()> {
+        let dst = dst.into();
+        self.check_slice(&dst)?;
+        fits(src.len(), dst.len())?;
+        self.check_signal(sig)?;
+        let t = self.route(pe)?;
+        let b = as_bytes(src);
+        // SAFETY: `src` is live for this blocking call.
+        unsafe {
+            t.put_signal(
+                pe,
+                dst.offset(),
+                b.as_ptr(),
+                b.len(),
+                sig.offset(),
+                op,
+                value,
+                false,
+            )
+        }
+    }
+
+    /// Non-blocking [`Runtime::put_signal`].
+    ///
+    /// # Safety
+    /// `src` must stay alive and unmodified until `quiet` returns.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the data does not fit the object;
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
+    pub unsafe fn put_signal_nbi<T: Element>(
+        &self,
+        dst: impl Into<SymSlice<T>>,
+        src: &[T],
+        sig: SymRef<u64>,
+        value: u64,
+        op: SignalOp,
+        pe: PeId,
+    ) -> Result<()> {
+        let dst = dst.into();
+        self.check_slice(&dst)?;
+        fits(src.len(), dst.len())?;
+        self.check_signal(sig)?;
+        let t = self.route(pe)?;
+        let b = as_bytes(src);
+        // SAFETY: forwarded contract.
+        unsafe {
+            t.put_signal(
+                pe,
+                dst.offset(),
+                b.as_ptr(),
+                b.len(),
+                sig.offset(),
+                op,
+                value,
+                true,
+            )
+        }
+    }
+
+    /// Updates `sig` on `pe` without data.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::PeOutOfRange`] for a bad `pe`; [`Error::OutOfHeap`] or
+    /// [`Error::Misaligned`] for a word outside the heap or not aligned to its width;
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
+    /// dead; the engine's error ([`Error::Transport`]).
+    #[inline]
+    pub fn signal_op(&self, sig: SymRef<u64>, value: u64, op: SignalOp, pe: PeId) -> Result<()> {
+        self.live_for(pe)?;
+        self.check_signal(sig)?;
+        if let Some(base) = self.direct(pe) {
+            // SAFETY: in-heap, aligned signal word of `pe`'s mapped heap (checked).
+            unsafe {
+                crate::loadstore::signal(
+                    base.as_ptr(),
+                    sig.offset(),
+                    op,
+                    value,
+                    wait::Span::bytes(0, 0),
+                )
+            };
+            return Ok(());
+        }
+        let t = self.route(pe)?;
+        // SAFETY: `route` checked the PE, `check_signal` the word.
+        unsafe { t.signal(pe, sig.offset(), op, value) }
+    }
+
+    /// Reads this PE's signal word.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance; [`Error::OutOfHeap`] or [`Error::Misaligned`] for a signal word
+    /// outside the heap or unaligned; [`Error::NotInitialized`] after finalize.
+    pub fn signal_fetch(&self, sig: SymRef<u64>) -> Result<u64> {
+        self.live()?;
+        self.check_signal(sig)?;
+        // SAFETY: in-heap, 8-byte aligned (checked).
+        Ok(unsafe { u64::load(self.base.as_ptr().add(sig.offset())) })
+    }
+
+    /// Waits until this PE's `sig <cmp> value`; returns the signal's value.
+    ///
+    /// # Errors
+    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
+    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
+    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
+    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
+    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
+    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
+    #[track_caller]
+    pub fn signal_wait_until(&self, sig: SymRef<u64>, cmp: Cmp, value: u64) -> Result<u64> {
+        self.live()?;
+        self.check_signal(sig)?;
+        // SAFETY: in-heap, 8-byte aligned (checked).
+        let p = unsafe { self.base.as_ptr().add(sig.offset()) };
+        let mut seen = 0;
+        self.wait_on(sig.offset(), 8, || {
+            // SAFETY: as above.
+            seen = unsafe { u64::load(p) };
+            cmp.eval(seen, value)
+        })?;
+        Ok(seen)
+    }
+}
