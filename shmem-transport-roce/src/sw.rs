@@ -1030,10 +1030,12 @@ impl Transport for SwVerbs {
                     .unwrap_or_else(|p| p.into_inner().0);
         }
         drop(g);
-        match c.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            None => Ok(()),
-            Some(e) => Err(err(e)),
+        if let Some(e) = c.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(err(e));
         }
+        // A lost queue pair fails every quiet after it, naming its peer:
+        // what was issued to it may never have been applied.
+        self.qps.iter().flatten().try_for_each(QueuePair::check)
     }
 }
 

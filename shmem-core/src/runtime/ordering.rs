@@ -29,10 +29,14 @@ impl Runtime {
         // One full fence for all engines: every store this PE made (copies
         // on mapped heaps included) is ordered before anything after quiet.
         std::sync::atomic::fence(Ordering::SeqCst);
+        // An engine's own error names the peer it lost: the most specific
+        // cause, reported before the job's list of dead PEs (whose order
+        // can put a survivor that already exited first).
+        r?;
         if self.health.word() != 0 {
             self.health.check(None)?;
         }
-        r
+        Ok(())
     }
 
     /// Ends the whole job with `status` (OpenSHMEM `global_exit`).
