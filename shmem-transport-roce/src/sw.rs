@@ -524,31 +524,13 @@ impl std::fmt::Debug for SwVerbs {
     }
 }
 
-fn endpoint_bytes(ip: IpAddr, port: u16, rkey: u32, heap_size: u64) -> Vec<u8> {
-    let mut o = Vec::with_capacity(32);
-    let v6 = match ip {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
-    };
-    o.extend_from_slice(&v6.octets());
-    o.extend_from_slice(&port.to_le_bytes());
-    o.extend_from_slice(&rkey.to_le_bytes());
-    o.extend_from_slice(&heap_size.to_le_bytes());
-    o
-}
+/// What each PE tells the others at setup (one allgather, through the
+/// control plane's typed encoding): its listener, remote key and heap size.
+type Endpoint = (SocketAddr, u32, u64);
 
-fn parse_endpoint(pe: PeId, b: &[u8]) -> Result<(SocketAddr, u32, u64)> {
-    if b.len() != 30 {
-        return Err(err(format!("PE {pe} sent a {}-byte endpoint", b.len())));
-    }
-    let mut ip = [0u8; 16];
-    ip.copy_from_slice(&b[..16]);
-    let v6 = std::net::Ipv6Addr::from(ip);
-    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
-    let port = u16::from_le_bytes([b[16], b[17]]);
-    let rkey = u32::from_le_bytes([b[18], b[19], b[20], b[21]]);
-    let size = u64::from_le_bytes(b[22..30].try_into().unwrap_or([0; 8]));
-    Ok((SocketAddr::new(ip, port), rkey, size))
+fn parse_endpoint(pe: PeId, b: &[u8]) -> Result<Endpoint> {
+    shmem_core::wire::decode::<Endpoint>("software verbs endpoint", b)
+        .map_err(|e| err(format!("PE {pe} sent a bad endpoint: {e}")))
 }
 
 impl SwVerbs {
@@ -571,7 +553,8 @@ impl SwVerbs {
             .local_addr()
             .map_err(|e| Error::os("getsockname", e))?
             .port();
-        let all = bs.allgather(&endpoint_bytes(ip, port, rkey, heap_size as u64))?;
+        let mine: Endpoint = (SocketAddr::new(ip, port), rkey, heap_size as u64);
+        let all = bs.allgather(&shmem_core::wire::encode(&mine))?;
         let mut eps = Vec::with_capacity(n);
         for (pe, b) in all.iter().enumerate() {
             eps.push(parse_endpoint(pe, b)?);
