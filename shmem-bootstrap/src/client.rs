@@ -198,6 +198,9 @@ pub struct JoinParams {
 }
 
 /// Validates rank and job size.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for `nranks` 0 or above `u32::MAX`, or `rank >= nranks`.
 pub fn check_rank(rank: PeId, nranks: usize) -> Result<()> {
     if nranks == 0 {
         return Err(Error::invalid("nranks", "must be at least 1"));
@@ -218,6 +221,9 @@ impl TcpBootstrap {
     /// Connects to the store (retrying until `init_timeout`), proves the
     /// secret, and waits until all `nranks` PEs have joined. `hosted` keeps a
     /// store this process runs alive until the job ends.
+    ///
+    /// # Errors
+    /// As every join (see the [crate-level errors](crate#errors)).
     pub fn join(p: JoinParams, hosted: Option<StoreServer>) -> Result<TcpBootstrap> {
         check_rank(p.rank, p.nranks)?;
         let deadline = Instant::now() + p.init_timeout;
@@ -363,6 +369,12 @@ impl TcpBootstrap {
     }
 
     /// Stores `value` under `key` in the job's key-value store.
+    ///
+    /// # Errors
+    /// [`Error::NotInitialized`] after finalize; [`Error::InvalidArgument`] when `key`
+    /// and `value` do not fit one frame; [`Error::PeerExited`] or [`Error::Aborted`]
+    /// once a PE has died or aborted the job; [`Error::Os`] when the store connection
+    /// fails.
     pub fn set(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.live()?;
         if key.len() + value.len() > crate::protocol::MAX_FRAME - 64 {
@@ -378,6 +390,10 @@ impl TcpBootstrap {
     }
 
     /// Waits for `key` to be set and returns its value.
+    ///
+    /// # Errors
+    /// As [`TcpBootstrap::set`] (except the size check), and [`Error::Timeout`] when
+    /// `key` is not set within `SHMEM_BOOTSTRAP_TIMEOUT`.
     pub fn get(&self, key: &[u8]) -> Result<Vec<u8>> {
         self.live()?;
         if let Some(v) = self.shared.lock().values.get(key).cloned() {

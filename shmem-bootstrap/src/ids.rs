@@ -9,6 +9,9 @@ use shmem_core::{wire, Error, Result};
 pub const SECRET_LEN: usize = 16;
 
 /// Fresh random bytes from the kernel.
+///
+/// # Errors
+/// [`Error::Os`] when `getrandom` fails.
 pub fn random_bytes<const N: usize>() -> Result<[u8; N]> {
     let mut buf = [0u8; N];
     let mut filled = 0;
@@ -28,6 +31,9 @@ pub fn random_bytes<const N: usize>() -> Result<[u8; N]> {
 }
 
 /// A fresh job secret.
+///
+/// # Errors
+/// As [`random_bytes`].
 pub fn new_secret() -> Result<Vec<u8>> {
     Ok(random_bytes::<SECRET_LEN>()?.to_vec())
 }
@@ -38,6 +44,9 @@ pub fn to_hex(b: &[u8]) -> String {
 }
 
 /// Parses hex (what [`to_hex`] writes).
+///
+/// # Errors
+/// [`Error::Malformed`] unless `s` is an even number of hex digits.
 pub fn from_hex(s: &str) -> Result<Vec<u8>> {
     let s = s.trim();
     if !s.len().is_multiple_of(2) || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
@@ -158,6 +167,11 @@ impl UniqueId {
 }
 
 /// Parses `tcp://host:port` or `tcp6://[addr]:port`.
+///
+/// # Errors
+/// [`Error::Malformed`] for another scheme, a missing host or port, port 0, an
+/// unbracketed IPv6 address, or a host that does not resolve to an address of the
+/// scheme's family.
 pub fn parse_url(url: &str) -> Result<SocketAddr> {
     let bad = |reason: String| Error::Malformed {
         what: "bootstrap URL",
@@ -223,6 +237,10 @@ pub fn parse_url(url: &str) -> Result<SocketAddr> {
 
 /// Address rank 0's store binds to for UniqueId init: `SHMEM_BOOTSTRAP_ADDR`
 /// if set, else the first up, non-loopback IPv4 interface, else 127.0.0.1.
+///
+/// # Errors
+/// [`Error::Config`] when `configured` is not an IP address, or `ifname` names no
+/// interface that is up with an IPv4 address.
 pub fn default_bind_ip(configured: &str, ifname: &str) -> Result<IpAddr> {
     let c = configured.trim();
     if !c.is_empty() {

@@ -23,6 +23,21 @@
 //! assert_eq!(bs.allgather(b"hi").unwrap(), vec![b"hi".to_vec()]);
 //! bs.finalize().unwrap();
 //! ```
+//!
+//! # Errors
+//!
+//! Joining a job (every `init_*` function and [`TcpBootstrap::join`]) fails
+//! with [`Error::InvalidArgument`] for a rank outside `0..nranks` or a job of
+//! no PEs; [`Error::Config`] for a launcher variable or `SHMEM_*` setting that
+//! does not parse or resolve; [`Error::Os`] when rank 0's store cannot bind
+//! its address or a system call fails; [`Error::Timeout`] when the store
+//! cannot be reached, or not every PE joins, within `SHMEM_INIT_TIMEOUT`;
+//! [`Error::Bootstrap`] when the store refuses this PE (wrong secret or job
+//! size, duplicate rank) and [`Error::ProtocolMismatch`] when it speaks
+//! another protocol version; [`Error::PeerExited`] or [`Error::Aborted`] when
+//! a PE dies or aborts the job while the others wait.
+
+#![warn(clippy::missing_errors_doc)]
 
 pub mod client;
 pub mod ids;
@@ -123,6 +138,12 @@ fn resolve(name: &'static str, host: &str, port: u16) -> Result<SocketAddr> {
 
 /// Reads the launcher environment through `lookup`. `Ok(None)` when no
 /// launcher variables are present (a single-PE job).
+///
+/// # Errors
+/// [`Error::Config`] for a rank, size, store address, port or Slurm node list that does
+/// not parse or resolve, and [`Error::Malformed`] for a `SHMEM_JOB_SECRET` that is not
+/// hex; [`Error::InvalidArgument`] when only one of rank and size is set, the rank is
+/// outside `0..nranks`, or a job of several PEs names no store address.
 pub fn launch_env(
     config: &Config,
     lookup: impl Fn(&str) -> Option<String>,
@@ -294,11 +315,17 @@ fn params(
 
 /// Joins the job described by the launcher environment, or starts a
 /// single-PE job when there is none.
+///
+/// # Errors
+/// As every join (see the [crate-level errors](crate#errors)).
 pub fn init_from_env(config: &Config) -> Result<TcpBootstrap> {
     init_from_lookup(config, |n| std::env::var(n).ok())
 }
 
 /// [`init_from_env`] with an explicit variable lookup.
+///
+/// # Errors
+/// As every join (see the [crate-level errors](crate#errors)).
 pub fn init_from_lookup(
     config: &Config,
     lookup: impl Fn(&str) -> Option<String>,
@@ -309,6 +336,11 @@ pub fn init_from_lookup(
 /// Joins runtime instance `instance` of the job described by the launcher
 /// environment. Instance 0 uses the launcher's store; instance k > 0 has rank
 /// 0 host a store on port `start + k - 1` of `SHMEM_INSTANCE_PORT_RANGE`.
+///
+/// # Errors
+/// As every join (see the [crate-level errors](crate#errors)); [`Error::Config`] when
+/// `instance > 0` in a launched job and `SHMEM_INSTANCE_PORT_RANGE` is unset, malformed
+/// or too short.
 pub fn init_instance_from_env(config: &Config, instance: u32) -> Result<TcpBootstrap> {
     init_instance_from_lookup(config, instance, |n| std::env::var(n).ok())
 }
@@ -349,6 +381,9 @@ fn instance_port(config: &Config, instance: u32) -> Result<u16> {
 }
 
 /// [`init_instance_from_env`] with an explicit variable lookup.
+///
+/// # Errors
+/// As [`init_instance_from_env`].
 pub fn init_instance_from_lookup(
     config: &Config,
     instance: u32,
@@ -411,6 +446,11 @@ static PENDING: Mutex<Vec<StoreServer>> = Mutex::new(Vec::new());
 /// Starts a config store on this process (rank 0) and returns the id the
 /// other PEs need. Binds `SHMEM_BOOTSTRAP_ADDR` (or this host's first
 /// interface) on a free port.
+///
+/// # Errors
+/// [`Error::Config`] for a `SHMEM_BOOTSTRAP_ADDR` that is not an IP address or a
+/// `SHMEM_BOOTSTRAP_IFNAME` with no IPv4 address up; [`Error::Os`] when the kernel
+/// gives no random secret or the store cannot bind.
 pub fn get_unique_id(config: &Config) -> Result<UniqueId> {
     let ip = ids::default_bind_ip(&config.bootstrap_addr, &config.bootstrap_ifname)?;
     let secret = ids::new_secret()?;
@@ -428,6 +468,9 @@ pub fn get_unique_id(config: &Config) -> Result<UniqueId> {
 
 /// Joins the job named by `uid` as `rank` of `nranks`. On rank 0 this uses
 /// the store [`get_unique_id`] started (or starts one at the id's address).
+///
+/// # Errors
+/// As every join (see the [crate-level errors](crate#errors)).
 pub fn init_with_unique_id(
     rank: PeId,
     nranks: usize,
@@ -457,6 +500,10 @@ pub fn init_with_unique_id(
 /// Joins via `tcp://host:port` / `tcp6://[addr]:port`: rank 0 binds the
 /// address, everyone connects. The secret is `SHMEM_JOB_SECRET` if set,
 /// otherwise derived from the URL and job size.
+///
+/// # Errors
+/// As every join (see the [crate-level errors](crate#errors)); [`Error::Malformed`] for
+/// a bad URL or a `SHMEM_JOB_SECRET` that is not hex.
 pub fn init_attr(rank: PeId, nranks: usize, url: &str, config: &Config) -> Result<TcpBootstrap> {
     check_rank(rank, nranks)?;
     let addr = parse_url(url)?;

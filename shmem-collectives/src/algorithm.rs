@@ -29,6 +29,9 @@ macro_rules! algorithm_enum {
             }
 
             /// Parses a forced choice: `None` for `auto` (or empty).
+            ///
+            /// # Errors
+            /// [`Error::Config`] naming the variable when `text` names no algorithm.
             pub fn parse(text: &str) -> Result<Option<$name>> {
                 let t = text.trim().to_ascii_lowercase().replace('-', "_");
                 match t.as_str() {
@@ -139,6 +142,9 @@ pub struct AlgorithmChoice {
 impl AlgorithmChoice {
     /// Reads the `SHMEM_*_ALGORITHM` fields of `config`; an unknown name is an
     /// error naming the variable.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the variable whose value names no algorithm.
     pub fn from_config(config: &Config) -> Result<AlgorithmChoice> {
         let collect = GatherAlgorithm::parse(&config.collect_algorithm).map_err(|e| match e {
             Error::Config { value, reason, .. } => Error::Config {

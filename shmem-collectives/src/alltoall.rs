@@ -39,6 +39,10 @@ impl Collectives {
     /// (`shmem_alltoall`): block `j` of this PE's `source` lands in block
     /// `my_pe` of team PE `j`'s `dest`. Both hold `n_pes * nelems` elements
     /// and must not overlap.
+    ///
+    /// # Errors
+    /// As every collective (see [Errors](Collectives#errors)); here `dest` and `source`
+    /// must each hold `n_pes * nelems` elements and must not overlap.
     #[track_caller]
     pub fn alltoall<T: Element>(
         &self,
@@ -83,6 +87,11 @@ impl Collectives {
     /// team PE `j` is `source[sst * (j * nelems + k)]`, and it lands in
     /// `dest[dst * (my_pe * nelems + k)]` on PE `j`. Strides are in elements
     /// and at least 1.
+    ///
+    /// # Errors
+    /// As every collective (see [Errors](Collectives#errors));
+    /// [`Error::InvalidArgument`] for a zero stride, or buffers too short for `n_pes *
+    /// nelems` strided elements or overlapping.
     #[allow(clippy::too_many_arguments)]
     #[track_caller]
     pub fn alltoalls<T: Element>(

@@ -11,6 +11,10 @@ impl Collectives {
     /// every member of `team` (`shmem_broadcast`). `source` is read only on
     /// the root; on the root `dest` may be `source` itself. Every member must
     /// pass the same `root` and `nelems`.
+    ///
+    /// # Errors
+    /// As every collective (see [Errors](Collectives#errors)); [`Error::PeOutOfRange`]
+    /// for a `root` outside the team.
     #[track_caller]
     pub fn broadcast<T: Element>(
         &self,

@@ -107,6 +107,30 @@ pub(crate) fn ceil_log2(n: usize) -> usize {
 /// and the forced algorithms. Create it once per runtime, on every PE; the
 /// pool (`max_teams` slots of signal words and `stage_bytes` of staging)
 /// stays allocated for the runtime's life.
+///
+/// # Errors
+///
+/// Collective calls fail in the same few ways, and a failure on one member
+/// reaches every member instead of leaving them waiting:
+///
+/// * [`Error::InvalidArgument`] for a team that has been destroyed or
+///   belongs to another [`Collectives`], and for this PE's own bad
+///   arguments: a count that overflows or exceeds a buffer, `dest`
+///   overlapping `source`, a zero stride, a bitwise operation on floats;
+///   [`Error::PeOutOfRange`] for a root outside the team;
+///   [`Error::WrongInstance`], [`Error::Misaligned`] or [`Error::OutOfHeap`]
+///   for a buffer of another runtime instance, unaligned for its element
+///   type, or outside the heap. A PE whose arguments fail these checks still
+///   takes part in the handshake, so the others fail too;
+/// * [`Error::CollectiveMismatch`] (on the other members) when members pass
+///   different arguments (root, count, element type, operation), invalid
+///   ones, or call a different collective;
+/// * while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE
+///   dies or the job is aborted, and [`Error::Timeout`] after
+///   `SHMEM_WAIT_TIMEOUT`;
+/// * [`Error::NotInitialized`] once the runtime is finalized, and an engine's
+///   own error (such as [`Error::Transport`]) from the puts and signals
+///   underneath.
 pub struct Collectives {
     pub(crate) rt: Arc<Runtime>,
     id: u64,
@@ -389,11 +413,22 @@ impl Call<'_> {
 impl Collectives {
     /// Sets up collectives on `rt` with default sizing (collective over all
     /// PEs: allocates the scratch pool, builds `TEAM_WORLD` and `TEAM_SHARED`).
+    ///
+    /// # Errors
+    /// As [`Collectives::with_options`].
     pub fn new(rt: Arc<Runtime>) -> Result<Arc<Collectives>> {
         Collectives::with_options(rt, CollectivesOptions::default())
     }
 
     /// [`Collectives::new`] with explicit pool sizing (same options on every PE).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `max_teams` is outside 2..=64, `stage_bytes` is
+    /// below 4 KiB or the pool size overflows; [`Error::Config`] for an unknown
+    /// `SHMEM_*_ALGORITHM` name; [`Error::CollectiveMismatch`] when PEs differ in those
+    /// settings or in `opts`; [`Error::OutOfMemory`] when the heap cannot hold the
+    /// pool; the bootstrap's error from the allgather that compares them (a dead PE,
+    /// [`Error::Timeout`]).
     pub fn with_options(rt: Arc<Runtime>, opts: CollectivesOptions) -> Result<Arc<Collectives>> {
         if !(2..=64).contains(&opts.max_teams) {
             return Err(Error::invalid(
@@ -677,6 +712,10 @@ impl Collectives {
 
     /// Waits until every member of `team` has called `sync` (no memory
     /// ordering beyond the signals; see [`Collectives::barrier`]).
+    ///
+    /// # Errors
+    /// As every collective (see [Errors](Collectives#errors)): a destroyed or foreign
+    /// team, a member in another collective, a dead PE, a timeout.
     #[track_caller]
     pub fn sync(&self, team: &Team) -> Result<()> {
         self.begin(team, "sync", Desc::new("sync"), Ok(()), &|| {
@@ -687,6 +726,10 @@ impl Collectives {
 
     /// Completes this PE's outstanding puts and AMOs ([`Runtime::quiet`]),
     /// then synchronises `team`.
+    ///
+    /// # Errors
+    /// The error of [`Runtime::quiet`] (a dead PE, an engine's failure), then as
+    /// [`Collectives::sync`].
     #[track_caller]
     pub fn barrier(&self, team: &Team) -> Result<()> {
         self.rt.quiet()?;
@@ -697,12 +740,18 @@ impl Collectives {
     }
 
     /// [`Collectives::barrier`] over all PEs.
+    ///
+    /// # Errors
+    /// As [`Collectives::barrier`].
     #[track_caller]
     pub fn barrier_all(&self) -> Result<()> {
         self.barrier(&self.world)
     }
 
     /// [`Collectives::sync`] over all PEs.
+    ///
+    /// # Errors
+    /// As [`Collectives::sync`].
     #[track_caller]
     pub fn sync_all(&self) -> Result<()> {
         self.sync(&self.world)
@@ -713,6 +762,12 @@ impl Collectives {
     /// Splits `parent` (collective over it): the new team holds parent PEs
     /// `start, start + stride, ...` (`size` of them). PEs outside it get
     /// `None`. Every parent PE must pass the same arguments.
+    ///
+    /// # Errors
+    /// As every collective (see [Errors](Collectives#errors));
+    /// [`Error::InvalidArgument`] when `size` is 0, `stride` is 0 for more than one PE
+    /// or the strided PEs leave `parent`, or when no team slot is free on every parent
+    /// PE (`max_teams` teams exist).
     #[track_caller]
     pub fn team_split_strided(
         &self,
@@ -741,6 +796,11 @@ impl Collectives {
     /// Splits `parent` into a 2-D grid with `xrange` columns (collective over
     /// it). Returns this PE's row team (consecutive parent PEs) and column
     /// team (parent PEs `xrange` apart). The last row may be short.
+    ///
+    /// # Errors
+    /// As every collective (see [Errors](Collectives#errors));
+    /// [`Error::InvalidArgument`] when `xrange` is 0 or fewer than two team slots are
+    /// free on every parent PE.
     #[track_caller]
     pub fn team_split_2d(
         &self,
@@ -783,6 +843,10 @@ impl Collectives {
     /// Destroys a team (collective over its members): synchronises them,
     /// then returns its scratch slot to the pool. Every clone of the handle
     /// becomes unusable. The predefined teams cannot be destroyed.
+    ///
+    /// # Errors
+    /// As every collective (see [Errors](Collectives#errors));
+    /// [`Error::InvalidArgument`] for `TEAM_WORLD` or `TEAM_SHARED`.
     #[track_caller]
     pub fn team_destroy(&self, team: Team) -> Result<()> {
         self.check_team(&team)?;

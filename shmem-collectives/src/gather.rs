@@ -54,6 +54,10 @@ impl Collectives {
     /// Concatenates `nelems` elements of every member's `source` into every
     /// member's `dest`, in team PE order (`shmem_fcollect`, allgather).
     /// `dest` holds `n_pes * nelems` elements and must not overlap `source`.
+    ///
+    /// # Errors
+    /// As every collective (see [Errors](Collectives#errors)); here `dest` must hold
+    /// `n_pes * nelems` elements and not overlap `source`.
     #[track_caller]
     pub fn fcollect<T: Element>(
         &self,
@@ -134,6 +138,11 @@ impl Collectives {
     /// team PE order, where each PE contributes its own `nelems`
     /// (`shmem_collect`). Returns the total number of elements gathered. An
     /// error on every PE if any member's `dest` is too small.
+    ///
+    /// # Errors
+    /// As every collective (see [Errors](Collectives#errors));
+    /// [`Error::CollectiveMismatch`] on every PE when some member's `dest` cannot hold
+    /// all the contributions.
     #[track_caller]
     pub fn collect<T: Element>(
         &self,

@@ -22,6 +22,9 @@ pub struct KvCacheLayout {
 
 impl KvCacheLayout {
     /// Elements in one block.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the product overflows `usize`.
     pub fn block_elems(&self) -> Result<usize> {
         mul(
             "kv_heads * page_size * head_dim",
@@ -31,6 +34,9 @@ impl KvCacheLayout {
     }
 
     /// Elements in the whole cache.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the product overflows `usize`.
     pub fn cache_elems(&self) -> Result<usize> {
         mul("blocks", self.blocks, self.block_elems()?)
     }
@@ -50,6 +56,11 @@ pub enum KvRole {
 /// Checks that `table` (one `[pair_pe, op]` row per PE, op 0 = send,
 /// 1 = receive; a negative `pair_pe` or the PE itself = not paired) pairs
 /// PEs symmetrically, and returns every PE's role.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `shuffle_table` when it does not have `n_pes`
+/// rows, pairs a PE with one outside `0..n_pes`, pairs PEs asymmetrically, or gives a
+/// pair other than one sender (0) and one receiver (1).
 pub fn kv_shuffle_roles(table: &[[i64; 2]], n_pes: usize) -> Result<Vec<KvRole>> {
     if table.len() != n_pes {
         return Err(Error::invalid(
@@ -116,6 +127,12 @@ impl Collectives {
     /// blocks are unchanged. Unpaired PEs only take part in the handshake.
     /// Only senders read the block tables. An asymmetric table, or tables
     /// and layouts that differ across PEs, are errors on every PE.
+    ///
+    /// # Errors
+    /// As every collective (see [Errors](Collectives#errors));
+    /// [`Error::InvalidArgument`] for a table that [`kv_shuffle_roles`] rejects, caches
+    /// smaller than `layout`, or (on a sender) block tables of different lengths or
+    /// with a block outside `0..layout.blocks`.
     #[allow(clippy::too_many_arguments)]
     #[track_caller]
     pub fn kv_shuffle<T: Element>(

@@ -27,6 +27,9 @@
 //! `SHMEM_SCAN_ALGORITHM` (read through the runtime's
 //! [`Config`](shmem_core::Config)) force one; see [`AlgorithmChoice`].
 //!
+//! How every collective call fails is described once, under
+//! [Errors](Collectives#errors) on [`Collectives`].
+//!
 //! The smallest use, run by every PE of a job (it needs a running job, so it
 //! is not run as a doc test; the crate's tests run PEs as threads):
 //!
@@ -53,6 +56,8 @@
 //!     coll.barrier_all()
 //! }
 //! ```
+
+#![warn(clippy::missing_errors_doc)]
 
 mod algorithm;
 mod alltoall;

@@ -155,6 +155,11 @@ fn ring_allreduce<T: Reducible>(
 impl Collectives {
     /// Reduces `nreduce` elements of `source` across `team` with `op`; every
     /// member gets the result in `dest` (which may be `source` itself).
+    ///
+    /// # Errors
+    /// As every collective (see [Errors](Collectives#errors));
+    /// [`Error::InvalidArgument`] for a bitwise `op` on a float type, or `dest`
+    /// overlapping `source` other than exactly.
     #[track_caller]
     pub fn reduce<T: Reducible>(
         &self,
@@ -262,6 +267,9 @@ impl Collectives {
     }
 
     /// Sum reduction (`shmem_TYPE_sum_reduce`).
+    ///
+    /// # Errors
+    /// As [`Collectives::reduce`].
     #[track_caller]
     pub fn sum_reduce<T: Reducible>(
         &self,
@@ -274,6 +282,9 @@ impl Collectives {
     }
 
     /// Product reduction (`shmem_TYPE_prod_reduce`).
+    ///
+    /// # Errors
+    /// As [`Collectives::reduce`].
     #[track_caller]
     pub fn prod_reduce<T: Reducible>(
         &self,
@@ -286,6 +297,9 @@ impl Collectives {
     }
 
     /// Minimum reduction (`shmem_TYPE_min_reduce`).
+    ///
+    /// # Errors
+    /// As [`Collectives::reduce`].
     #[track_caller]
     pub fn min_reduce<T: Reducible>(
         &self,
@@ -298,6 +312,9 @@ impl Collectives {
     }
 
     /// Maximum reduction (`shmem_TYPE_max_reduce`).
+    ///
+    /// # Errors
+    /// As [`Collectives::reduce`].
     #[track_caller]
     pub fn max_reduce<T: Reducible>(
         &self,
@@ -310,6 +327,9 @@ impl Collectives {
     }
 
     /// Bitwise-and reduction (`shmem_TYPE_and_reduce`).
+    ///
+    /// # Errors
+    /// As [`Collectives::reduce`].
     #[track_caller]
     pub fn and_reduce<T: BitwiseReducible>(
         &self,
@@ -322,6 +342,9 @@ impl Collectives {
     }
 
     /// Bitwise-or reduction (`shmem_TYPE_or_reduce`).
+    ///
+    /// # Errors
+    /// As [`Collectives::reduce`].
     #[track_caller]
     pub fn or_reduce<T: BitwiseReducible>(
         &self,
@@ -334,6 +357,9 @@ impl Collectives {
     }
 
     /// Bitwise-xor reduction (`shmem_TYPE_xor_reduce`).
+    ///
+    /// # Errors
+    /// As [`Collectives::reduce`].
     #[track_caller]
     pub fn xor_reduce<T: BitwiseReducible>(
         &self,
@@ -348,6 +374,9 @@ impl Collectives {
     /// Prefix scan of `nelems` elements across `team` in team PE order:
     /// PE i gets the combination of PEs 0..=i (inclusive) or 0..i
     /// (exclusive; PE 0 gets `op`'s identity). `dest` may be `source`.
+    ///
+    /// # Errors
+    /// As [`Collectives::reduce`].
     #[track_caller]
     pub fn scan<T: Reducible>(
         &self,
@@ -398,6 +427,9 @@ impl Collectives {
     }
 
     /// Inclusive sum scan.
+    ///
+    /// # Errors
+    /// As [`Collectives::scan`].
     #[track_caller]
     pub fn sum_inscan<T: Reducible>(
         &self,
@@ -417,6 +449,9 @@ impl Collectives {
     }
 
     /// Exclusive sum scan (PE 0 gets zeros).
+    ///
+    /// # Errors
+    /// As [`Collectives::scan`].
     #[track_caller]
     pub fn sum_exscan<T: Reducible>(
         &self,

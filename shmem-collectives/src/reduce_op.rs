@@ -62,6 +62,9 @@ pub trait Reducible: Element + PartialOrd {
     const BITWISE: bool;
     /// `acc[i] = acc[i] op other[i]`; bitwise operators on floats are an
     /// error.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bitwise `op` on a float type.
     fn combine(op: ReduceOp, acc: &mut [Self], other: &[Self]) -> Result<()>;
     /// The value `x` with `identity op x == x` (what PE 0 gets from an
     /// exclusive scan).

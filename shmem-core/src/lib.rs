@@ -32,6 +32,8 @@
 //! assert!(shmem_core::transport::registered().iter().any(|r| r.name == "EXAMPLE"));
 //! ```
 
+#![warn(clippy::missing_errors_doc)]
+
 pub mod bootstrap;
 pub mod completion;
 pub mod config;

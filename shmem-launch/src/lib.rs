@@ -17,6 +17,8 @@
 //! assert!(report.success());
 //! ```
 
+#![warn(clippy::missing_errors_doc)]
+
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -312,6 +314,13 @@ const BLAME_GRACE: Duration = Duration::from_secs(2);
 
 /// Starts the job and waits for it. Errors only when the job could not be
 /// started; a failing PE is reported in the [`JobReport`].
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for 0 or more than 4096 PEs, a node rank outside
+/// `0..nnodes`, or a job of several nodes without a usable master address and port;
+/// [`Error::Malformed`] for a `SHMEM_JOB_SECRET` that is not hex; [`Error::Os`] when
+/// the store cannot bind, no random secret or free port can be had, or a PE cannot be
+/// started (the PEs already started are killed).
 pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
     let n = opts.n_pes;
     if n == 0 {
@@ -616,6 +625,10 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
 }
 
 /// Removes `--pes N` / `--pes=N` from `args`; returns N if present.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `--pes` has no value, or one that is not a number of
+/// at least 1.
 pub fn take_pes_arg(args: &mut Vec<OsString>) -> Result<Option<usize>> {
     let mut i = 0;
     while i < args.len() {

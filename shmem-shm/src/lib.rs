@@ -19,6 +19,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(clippy::missing_errors_doc)]
+
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::linux::net::SocketAddrExt;

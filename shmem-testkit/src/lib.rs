@@ -40,6 +40,8 @@
 //! .unwrap();
 //! ```
 
+#![warn(clippy::missing_errors_doc)]
+
 mod bootstrap;
 pub mod conformance;
 

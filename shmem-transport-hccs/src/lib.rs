@@ -17,6 +17,8 @@
 //! assert!(shmem_core::transport::registered().iter().any(|r| r.name == "HCCS"));
 //! ```
 
+#![warn(clippy::missing_errors_doc)]
+
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;

@@ -22,6 +22,8 @@
 //! assert!(shmem_core::transport::registered().iter().any(|r| r.name == "SDMA"));
 //! ```
 
+#![warn(clippy::missing_errors_doc)]
+
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -274,6 +276,9 @@ fn worker(rx: Receiver<Descriptor>, counters: Arc<Counters>) {
 
 impl Sdma {
     /// Starts `engines` engine threads over the given mapped heaps.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when an engine thread cannot be spawned.
     pub fn start(
         my_pe: PeId,
         heaps: Arc<NodeHeaps>,

@@ -31,6 +31,15 @@
 //! The free functions ([`put`], [`barrier_all`], ...) act on the current
 //! instance (the last one initialised); the [`Shmem`] handle does the same
 //! without the registry lookup.
+//!
+//! # Errors
+//!
+//! Every free function that acts on the current instance fails with
+//! [`Error::NotInitialized`] when there is none (before `init`, after
+//! `finalize`); otherwise it fails as the [`Runtime`] or [`Collectives`]
+//! method it forwards to, whose documentation lists the errors.
+
+#![warn(clippy::missing_errors_doc)]
 
 use std::collections::BTreeMap;
 use std::ops::Deref;
@@ -97,26 +106,42 @@ impl Shmem {
         &self.coll
     }
     /// Completes outstanding operations and waits for every PE.
+    ///
+    /// # Errors
+    /// As [`Collectives::barrier_all`].
     #[track_caller]
     pub fn barrier_all(&self) -> Result<()> {
         self.coll.barrier_all()
     }
     /// Waits for every PE (no completion of outstanding operations).
+    ///
+    /// # Errors
+    /// As [`Collectives::sync_all`].
     #[track_caller]
     pub fn sync_all(&self) -> Result<()> {
         self.coll.sync_all()
     }
     /// A new stream on this instance (its own worker thread; copies go
     /// through the SDMA engine when it is linked).
+    ///
+    /// # Errors
+    /// As [`Runtime::create_stream`].
     pub fn create_stream(&self) -> Result<Stream> {
         self.rt.create_stream()
     }
     /// Enqueues a barrier over all PEs on `stream`.
+    ///
+    /// # Errors
+    /// As [`Stream::enqueue`]: the barrier's own errors (see
+    /// [`Collectives::barrier_all`]) are reported by [`Stream::synchronize`].
     pub fn barrier_all_on_stream(&self, stream: &Stream) -> Result<()> {
         let coll = self.coll.clone();
         stream.enqueue("barrier_all", move |_| coll.barrier_all())
     }
     /// Leaves the job (collective) and removes the instance from the registry.
+    ///
+    /// # Errors
+    /// As [`Runtime::finalize`].
     pub fn finalize(&self) -> Result<()> {
         unregister(self.rt.instance());
         self.rt.finalize()
@@ -150,6 +175,9 @@ fn unregister(instance: u32) {
 }
 
 /// The current instance.
+///
+/// # Errors
+/// [`Error::NotInitialized`] when no instance is initialised.
 pub fn current() -> Result<Shmem> {
     let r = registry_read();
     r.current
@@ -158,6 +186,9 @@ pub fn current() -> Result<Shmem> {
 }
 
 /// The instance with id `instance`.
+///
+/// # Errors
+/// [`Error::NotInitialized`] when no instance `instance` is initialised.
 pub fn instance(instance: u32) -> Result<Shmem> {
     registry_read()
         .instances
@@ -167,6 +198,9 @@ pub fn instance(instance: u32) -> Result<Shmem> {
 }
 
 /// Makes `instance` the one the free functions use.
+///
+/// # Errors
+/// [`Error::NotInitialized`] when no instance `instance` is initialised.
 pub fn set_instance(instance: u32) -> Result<()> {
     let mut r = registry_write();
     if !r.instances.contains_key(&instance) {
@@ -356,16 +390,26 @@ impl Builder {
 
 /// Joins the job described by the environment (`shmemrun`, torchrun), or
 /// starts a single-PE job when there is none.
+///
+/// # Errors
+/// As [`Builder::init`].
 pub fn init() -> Result<Shmem> {
     init_with(JoinMethod::Environment, None, 0, None)
 }
 
 /// Rank 0: starts the config store and returns the id to hand to every PE.
+///
+/// # Errors
+/// [`Error::Config`] for a `SHMEM_*` variable that does not parse; otherwise as
+/// [`shmem_bootstrap::get_unique_id`].
 pub fn get_unique_id() -> Result<UniqueId> {
     shmem_bootstrap::get_unique_id(&Config::from_env()?)
 }
 
 /// Joins with a UniqueId (every PE, rank 0 included).
+///
+/// # Errors
+/// As [`Builder::init`].
 pub fn init_with_unique_id(
     rank: PeId,
     nranks: usize,
@@ -385,6 +429,9 @@ pub fn init_with_unique_id(
 }
 
 /// Joins through `tcp://host:port` (rank 0 binds it).
+///
+/// # Errors
+/// As [`Builder::init`].
 pub fn init_attr(rank: PeId, nranks: usize, mem_size: Option<usize>, url: &str) -> Result<Shmem> {
     init_with(
         JoinMethod::Attributes {
@@ -399,16 +446,26 @@ pub fn init_attr(rank: PeId, nranks: usize, mem_size: Option<usize>, url: &str) 
 }
 
 /// Leaves the job (collective) for the current instance.
+///
+/// # Errors
+/// [`Error::NotInitialized`] without a current instance; otherwise as
+/// [`Shmem::finalize`].
 pub fn finalize() -> Result<()> {
     current()?.finalize()
 }
 
 /// This PE's rank in the current instance.
+///
+/// # Errors
+/// [`Error::NotInitialized`] without a current instance.
 pub fn my_pe() -> Result<PeId> {
     Ok(current()?.my_pe())
 }
 
 /// Number of PEs in the current instance.
+///
+/// # Errors
+/// [`Error::NotInitialized`] without a current instance.
 pub fn n_pes() -> Result<usize> {
     Ok(current()?.n_pes())
 }
@@ -422,12 +479,20 @@ pub fn global_exit(status: i32) -> ! {
 }
 
 /// Barrier over all PEs of the current instance (completes outstanding operations).
+///
+/// # Errors
+/// [`Error::NotInitialized`] without a current instance; otherwise as
+/// [`Collectives::barrier_all`].
 #[track_caller]
 pub fn barrier_all() -> Result<()> {
     current()?.barrier_all()
 }
 
 /// Synchronises all PEs of the current instance.
+///
+/// # Errors
+/// [`Error::NotInitialized`] without a current instance; otherwise as
+/// [`Collectives::sync_all`].
 #[track_caller]
 pub fn sync_all() -> Result<()> {
     current()?.sync_all()
@@ -436,6 +501,13 @@ pub fn sync_all() -> Result<()> {
 macro_rules! forward {
     ($( $(#[$m:meta])* fn $name:ident [$($g:tt)*] ( $($a:ident : $t:ty),* ) -> $r:ty; )*) => { $(
         $(#[$m])*
+        ///
+        /// # Errors
+        #[doc = concat!(
+            "[`Error::NotInitialized`] without a current instance; otherwise as [`Runtime::",
+            stringify!($name),
+            "`]."
+        )]
         #[track_caller]
         pub fn $name<$($g)*>($($a: $t),*) -> Result<$r> {
             current()?.$name($($a),*)
@@ -546,6 +618,10 @@ forward! {
 ///
 /// # Safety
 /// `src` must stay alive and unmodified until [`quiet`] returns.
+///
+/// # Errors
+/// [`Error::NotInitialized`] without a current instance; otherwise as
+/// [`Runtime::put_nbi`].
 pub unsafe fn put_nbi<T: Element>(dst: impl Into<SymSlice<T>>, src: &[T], pe: PeId) -> Result<()> {
     // SAFETY: forwarded contract.
     unsafe { current()?.put_nbi(dst, src, pe) }
@@ -555,6 +631,10 @@ pub unsafe fn put_nbi<T: Element>(dst: impl Into<SymSlice<T>>, src: &[T], pe: Pe
 ///
 /// # Safety
 /// `dst` must stay alive and untouched until [`quiet`] returns.
+///
+/// # Errors
+/// [`Error::NotInitialized`] without a current instance; otherwise as
+/// [`Runtime::get_nbi`].
 pub unsafe fn get_nbi<T: Element>(
     dst: &mut [T],
     src: impl Into<SymSlice<T>>,
@@ -568,6 +648,10 @@ pub unsafe fn get_nbi<T: Element>(
 ///
 /// # Safety
 /// `src` must stay alive and unmodified until [`quiet`] returns.
+///
+/// # Errors
+/// [`Error::NotInitialized`] without a current instance; otherwise as
+/// [`Runtime::put_signal_nbi`].
 pub unsafe fn put_signal_nbi<T: Element>(
     dst: impl Into<SymSlice<T>>,
     src: &[T],
@@ -591,6 +675,10 @@ pub fn addr_accessible(addr: *const u8, pe: PeId) -> bool {
 }
 
 /// Parses a byte size with an optional K/M/G suffix (`"1M"` = 1048576).
+///
+/// # Errors
+/// A message naming the text when it is not a number with an optional K/M/G suffix, or
+/// the size overflows.
 pub fn config_parse_size(text: &str) -> std::result::Result<usize, String> {
     shmem_core::config::parse_size(text)
 }
