@@ -265,7 +265,7 @@ config_table! {
         "Seconds after which a peer whose TCP link went silent (cable cut, host gone) is reported as exited";
     /// Software or hardware verbs.
     roce_provider: String = "SHMEM_ROCE_PROVIDER", "auto",
-        "RoCE provider: auto (hw when an RDMA device is found, else sw), hw (ibverbs) or sw (software verbs over TCP)";
+        "RoCE provider: auto (libfabric when every PE finds a provider with FI_RMA|FI_ATOMIC, else sw), ofi (libfabric, loaded at run time; FI_PROVIDER picks its provider), sw (software verbs over TCP) or hw (ibverbs device discovery only: an error naming the devices)";
     /// Interface the bootstrap binds / engines listen on.
     bootstrap_ifname: String = "SHMEM_BOOTSTRAP_IFNAME", "",
         "Network interface whose IPv4 address rank 0's store binds to for UniqueId init (overrides the automatic choice)";
