@@ -418,3 +418,60 @@ fn global_exit_ends_every_pe_with_its_status() {
         assert!(r.ends.iter().all(|e| *e == PeEnd::Exited(5)), "{r:?}");
     }
 }
+
+/// `SHMEM_ROCE_PROVIDER=ofi` with a libfabric provider that does not exist
+/// fails init with a message naming the engine and what was asked for
+/// (or, without libfabric, saying that it is missing).
+#[test]
+fn ofi_with_a_bogus_fi_provider_fails_init_clearly() {
+    let out = std::process::Command::new(PE)
+        .arg("bootstrap")
+        .env("SHMEM_TEST_ENGINE", "ROCE")
+        .env("SHMEM_ROCE_PROVIDER", "ofi")
+        .env("FI_PROVIDER", "no_such_provider")
+        .env_remove("SHMEM_RANK")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("SHMEM_ROCE_PROVIDER=ofi"), "{err}");
+    assert!(
+        err.contains("FI_PROVIDER=no_such_provider") || err.contains("libfabric not found"),
+        "{err}"
+    );
+}
+
+/// The libfabric provider over `tcp;ofi_rxm` and `sockets` on one host
+/// (ROCE forced for every peer): the point-to-point suite and collectives.
+#[test]
+fn p2p_suite_over_libfabric_tcp_and_sockets() {
+    if let Err(why) = shmem_transport_roce::ofi::probe(None) {
+        eprintln!("not run: {why}");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the libfabric tests: {why}"
+        );
+        return;
+    }
+    for fi in ["tcp", "sockets"] {
+        let env = [
+            ("SHMEM_TEST_ENGINE", "ROCE"),
+            ("SHMEM_ROCE_PROVIDER", "ofi"),
+            ("FI_PROVIDER", fi),
+            ("STRESS_OPS", "2000"),
+        ];
+        for scenario in [
+            "rma",
+            "atomics",
+            "signals",
+            "signal_stress",
+            "waits",
+            "bulk",
+            "handles",
+            "fetch_add_stress",
+            "collectives",
+        ] {
+            at_sizes(scenario, &[2, 3], &env);
+        }
+    }
+}

@@ -391,6 +391,9 @@ struct Inner {
     link: Duration,
     stopping: AtomicBool,
     sread: bool,
+    /// The provider moves data on its own threads (`FI_PROGRESS_AUTO`): a
+    /// posted operation may still be queued inside this process on return.
+    auto_progress: bool,
     info: String,
 }
 
@@ -1110,6 +1113,7 @@ impl Ofi {
             link: init.config.link_timeout.max(Duration::from_millis(100)),
             stopping: AtomicBool::new(false),
             sread: opened.sread,
+            auto_progress: opened.progress == FI_PROGRESS_AUTO,
             info,
         });
         for &r in &inner.rx {
@@ -1141,11 +1145,67 @@ impl Ofi {
         };
         // Every PE's receive buffers are posted before anyone sends a wake.
         bs.barrier()?;
+        // Connect to every peer now (connection-based providers such as
+        // ofi_rxm connect on first use and hold the first operations back
+        // until then, which a PE that exits right after them would lose).
+        engine.connect_all()?;
+        bs.barrier()?;
         shmem_log!(Info, "ROCE: libfabric {}", engine.inner.info);
         if init.config.info && me == 0 {
             eprintln!("shmem ROCE engine: libfabric {}", engine.inner.info);
         }
         Ok(engine)
+    }
+
+    /// Sends one empty wake message to every reachable peer and waits until
+    /// all are delivered.
+    fn connect_all(&self) -> Result<()> {
+        let i = &*self.inner;
+        let n = i.peers.len();
+        let peers: Vec<PeId> = (0..n)
+            .filter(|&pe| pe != i.my_pe && self.can_reach(pe))
+            .collect();
+        if peers.is_empty() {
+            return Ok(());
+        }
+        let done = Completion::pending(peers.len());
+        for &pe in &peers {
+            let p = i.peer(pe)?;
+            let mut ctx = i.track(Track {
+                pe,
+                done: done.clone(),
+                out: None,
+                bounce: 0,
+                wake: None,
+                posted: Instant::now(),
+            });
+            let mut m = vec![0u8; WAKE_LEN];
+            m[..8].copy_from_slice(&WAKE_MAGIC.to_le_bytes());
+            ctx.bounce = m;
+            let buf = ctx.bounce.as_ptr();
+            let raw_ctx = Box::into_raw(ctx);
+            let ep = i.raw.ep;
+            let r = i.post(pe, || {
+                // SAFETY: open endpoint; the message lives in the context
+                // until its completion.
+                unsafe {
+                    ((*(*ep).msg).send)(
+                        ep,
+                        buf.cast(),
+                        WAKE_LEN,
+                        ptr::null_mut(),
+                        p.addr,
+                        raw_ctx.cast(),
+                    )
+                }
+            });
+            if let Err(why) = r {
+                i.unpost(raw_ctx, &why);
+                let _ = i.wait(&done);
+                return Err(Error::PeerExited { pe, detail: why });
+            }
+        }
+        i.wait(&done)
     }
 
     /// One line describing the provider in use (as `SHMEM_INFO` prints it).
@@ -1582,7 +1642,14 @@ impl Transport for Ofi {
             SignalOp::Add => (FI_SUM, n.signal_add),
         };
         if native {
-            self.post_atomic(pe, sig, AmoWidth::W64, code, value, None, false, wake)?;
+            let (done, _) =
+                self.post_atomic(pe, sig, AmoWidth::W64, code, value, None, false, wake)?;
+            if self.inner.auto_progress {
+                // The provider's thread may not have sent it yet: a signal
+                // has left this process when the call returns (a PE that
+                // exits right after a barrier must not take it along).
+                self.inner.wait(&done)?;
+            }
             return Ok(());
         }
         let amo = match op {
@@ -1618,7 +1685,12 @@ impl Transport for Ofi {
             SignalOp::Add => (FI_SUM, n.signal_add),
         };
         if native {
-            self.post_atomic(pe, sig, AmoWidth::W64, code, value, None, false, wake)?;
+            let (done, _) =
+                self.post_atomic(pe, sig, AmoWidth::W64, code, value, None, false, wake)?;
+            if self.inner.auto_progress && !nbi {
+                // As in `signal`.
+                self.inner.wait(&done)?;
+            }
             return Ok(());
         }
         let amo = match op {
