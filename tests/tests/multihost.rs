@@ -154,7 +154,12 @@ fn providers() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
                     } else {
                         "ofi/sockets"
                     },
-                    vec![("SHMEM_ROCE_PROVIDER", "ofi"), ("FI_PROVIDER", fi)],
+                    vec![
+                        ("SHMEM_ROCE_PROVIDER", "ofi"),
+                        ("FI_PROVIDER", fi),
+                        // sockets' progress threads spin 10 ms by default.
+                        ("FI_SOCKETS_PE_WAITTIME", "0"),
+                    ],
                 ));
             }
         }

@@ -484,7 +484,11 @@ impl Inner {
                 self.counters.complete(None);
             }
             Some(e) => {
-                let why = format!("operation to PE {} failed: {e}", t.pe);
+                let why = if e.contains(&format!("PE {} ", t.pe)) {
+                    e
+                } else {
+                    format!("operation to PE {} failed: {e}", t.pe)
+                };
                 self.fail_peer(t.pe, &why);
                 t.done.finish_part(Err(Error::PeerExited {
                     pe: t.pe,
@@ -666,7 +670,7 @@ impl Inner {
         };
         for (id, pe) in stale {
             let why = format!(
-                "PE {pe} completed nothing for {:.1} s (link cut, stopped or wedged; SHMEM_LINK_TIMEOUT)",
+                "PE {pe} did not answer for {:.1} s (link cut, stopped or wedged; SHMEM_LINK_TIMEOUT)",
                 self.link.as_secs_f64()
             );
             self.fail_peer(pe, &why);
@@ -674,19 +678,28 @@ impl Inner {
         }
     }
 
-    /// Waits for `done`, driving progress meanwhile.
+    /// Waits for `done`, driving progress meanwhile: polls the completion
+    /// queue, yielding the core between polls, then sleeping briefly (some
+    /// providers do not wake a thread blocked in `fi_cq_sread` promptly, so
+    /// the waiting thread keeps polling; the watchdog ends the wait).
     fn wait(&self, done: &Completion) -> Result<()> {
         let start = Instant::now();
         while !done.is_done() {
-            if self.poll_cq(None) == 0 {
-                if start.elapsed() > Duration::from_micros(200) {
-                    break;
-                }
+            if self.poll_cq(None) > 0 {
+                continue;
+            }
+            let t = start.elapsed();
+            if t < Duration::from_micros(200) {
                 std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(if t < Duration::from_millis(10) {
+                    20
+                } else {
+                    200
+                }));
             }
         }
         self.flush_wakes();
-        // The progress thread completes (or times out) the rest.
         done.wait()
     }
 
@@ -1126,8 +1139,12 @@ impl Ofi {
                 let i = inner2;
                 let mut last_dog = Instant::now();
                 while !i.stopping.load(Ordering::SeqCst) {
-                    if i.poll_cq(Some(20)) == 0 && !i.sread {
-                        std::thread::sleep(Duration::from_micros(200));
+                    // Auto-progress providers complete operations on their
+                    // own threads, and some of them (sockets) do not wake a
+                    // blocked fi_cq_sread promptly: poll them every 100 us.
+                    let block = (!i.auto_progress).then_some(20);
+                    if i.poll_cq(block) == 0 && (!i.sread || i.auto_progress) {
+                        std::thread::sleep(Duration::from_micros(100));
                     }
                     i.flush_wakes();
                     if last_dog.elapsed() >= Duration::from_millis(50) {
