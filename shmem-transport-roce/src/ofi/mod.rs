@@ -1243,7 +1243,6 @@ impl Ofi {
         len: usize,
         bounce: bool,
         wake: Option<Spans>,
-        delivery: bool,
     ) -> Result<Completion> {
         let i = &*self.inner;
         let p = i.peer(pe)?;
@@ -1285,9 +1284,10 @@ impl Ofi {
             let ep = i.raw.ep;
             let raw_ctx = Box::into_raw(ctx);
             let inject = write && bounce && n <= i.inject_size;
-            let flags = FI_COMPLETION
-                | if inject { 1 << 25 } else { 0 } // FI_INJECT
-                | if delivery && k + 1 == parts { FI_DELIVERY_COMPLETE } else { 0 };
+            // Delivery completion: `quiet` (which waits for these
+            // completions) promises the data is in the target's memory,
+            // which a provider's default completion (data sent) does not.
+            let flags = FI_COMPLETION | FI_DELIVERY_COMPLETE | if inject { 1 << 25 } else { 0 }; // FI_INJECT
             let r = i.post(pe, || {
                 // SAFETY: open endpoint; `src` valid for `n` bytes (see above);
                 // the context lives until its completion.
@@ -1421,18 +1421,32 @@ impl Ofi {
                         op,
                         raw_ctx.cast(),
                     ),
-                    (None, false) => (a.write)(
-                        ep,
-                        opnd,
-                        1,
-                        ptr::null_mut(),
-                        p.addr,
-                        remote,
-                        p.key,
-                        dt,
-                        op,
-                        raw_ctx.cast(),
-                    ),
+                    (None, false) => {
+                        // Delivery completion, as for writes.
+                        let ioc = fi_ioc {
+                            addr: opnd,
+                            count: 1,
+                        };
+                        let rma = fi_rma_ioc {
+                            addr: remote,
+                            count: 1,
+                            key: p.key,
+                        };
+                        let mut desc: *mut c_void = ptr::null_mut();
+                        let msg = fi_msg_atomic {
+                            msg_iov: &ioc,
+                            desc: &mut desc,
+                            iov_count: 1,
+                            addr: p.addr,
+                            rma_iov: &rma,
+                            rma_iov_count: 1,
+                            datatype: dt,
+                            op,
+                            context: raw_ctx.cast(),
+                            data: 0,
+                        };
+                        (a.writemsg)(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
+                    }
                 }
             }
         });
@@ -1557,7 +1571,7 @@ impl Transport for Ofi {
             return Ok(());
         }
         let wake = Some([(dst as u64, len as u64), (0, 0)]);
-        self.post_rma(pe, true, dst, src as *mut u8, len, true, wake, false)
+        self.post_rma(pe, true, dst, src as *mut u8, len, true, wake)
             .map(|_| ())
     }
 
@@ -1565,7 +1579,7 @@ impl Transport for Ofi {
         if len == 0 {
             return Ok(());
         }
-        let done = self.post_rma(pe, false, src, dst, len, false, None, false)?;
+        let done = self.post_rma(pe, false, src, dst, len, false, None)?;
         self.inner.wait(&done)
     }
 
@@ -1574,7 +1588,7 @@ impl Transport for Ofi {
             return Ok(());
         }
         let wake = Some([(dst as u64, len as u64), (0, 0)]);
-        self.post_rma(pe, true, dst, src as *mut u8, len, false, wake, false)
+        self.post_rma(pe, true, dst, src as *mut u8, len, false, wake)
             .map(|_| ())
     }
 
@@ -1582,7 +1596,7 @@ impl Transport for Ofi {
         if len == 0 {
             return Ok(());
         }
-        self.post_rma(pe, false, src, dst, len, false, None, false)
+        self.post_rma(pe, false, src, dst, len, false, None)
             .map(|_| ())
     }
 
@@ -1597,7 +1611,7 @@ impl Transport for Ofi {
             return Ok(Completion::done());
         }
         let wake = Some([(dst as u64, len as u64), (0, 0)]);
-        self.post_rma(pe, true, dst, src as *mut u8, len, false, wake, false)
+        self.post_rma(pe, true, dst, src as *mut u8, len, false, wake)
     }
 
     unsafe fn get_async(
@@ -1610,7 +1624,7 @@ impl Transport for Ofi {
         if len == 0 {
             return Ok(Completion::done());
         }
-        self.post_rma(pe, false, src, dst, len, false, None, false)
+        self.post_rma(pe, false, src, dst, len, false, None)
     }
 
     fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
@@ -1689,7 +1703,7 @@ impl Transport for Ofi {
     ) -> Result<()> {
         let ordered = self.inner.ordered;
         if len > 0 {
-            let done = self.post_rma(pe, true, dst, src as *mut u8, len, !nbi, None, !ordered)?;
+            let done = self.post_rma(pe, true, dst, src as *mut u8, len, !nbi, None)?;
             if !ordered {
                 // The signal may only be posted once the data is in place.
                 self.inner.wait(&done)?;
