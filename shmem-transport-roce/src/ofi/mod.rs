@@ -34,7 +34,16 @@
 //! Failures: an error completion marks its peer failed; an operation that
 //! gets no completion while its peer sends nothing for `SHMEM_LINK_TIMEOUT`
 //! fails with an error naming the peer, and so does every later operation
-//! to it.
+//! to it. Such an operation's context stays with the provider (it is
+//! freed if its completion ever comes), but a read's destination buffer is
+//! the caller's again once the error is returned: a peer that comes back
+//! after the link timeout could still write into it, as with any RDMA
+//! library that abandons a request.
+//!
+//! Ordering of put-with-signal on providers without `FI_ORDER_WAW`
+//! (`tcp;ofi_rxm` advertises only RMA-after-RMA and atomic-after-atomic
+//! ordering): the data's writes are posted with delivery completion and
+//! the signal atomic only after they completed, one extra round trip.
 
 pub mod ffi;
 
@@ -1478,7 +1487,9 @@ impl Ofi {
         self.inner.flush_wakes();
     }
 
-    /// Waits for every posted operation (quiet without the error report).
+    /// Waits for every posted operation (quiet without the error report),
+    /// driving progress all along: a manual-progress provider sends the
+    /// rest of a large write only from inside libfabric calls.
     fn drain(&self) -> Result<()> {
         let i = &*self.inner;
         let c = &i.counters;
@@ -1488,13 +1499,15 @@ impl Ofi {
             if i.poll_cq(None) > 0 {
                 continue;
             }
-            if start.elapsed() < Duration::from_micros(200) {
+            let t = start.elapsed();
+            if t < Duration::from_micros(200) {
                 std::thread::yield_now();
-                continue;
-            }
-            let g = c.lock.lock().unwrap_or_else(|p| p.into_inner());
-            if c.completed.load(Ordering::Acquire) < target {
-                let _ = c.cv.wait_timeout(g, Duration::from_millis(5));
+            } else {
+                std::thread::sleep(Duration::from_micros(if t < Duration::from_millis(10) {
+                    20
+                } else {
+                    200
+                }));
             }
         }
         i.flush_wakes();
