@@ -478,3 +478,49 @@ fn p2p_suite_over_libfabric_tcp_and_sockets() {
         }
     }
 }
+
+/// `auto` with no usable libfabric provider (a bogus `FI_PROVIDER`) falls
+/// back to the software provider and says why at INFO level; `ofi` with a
+/// real one shows the provider, fabric, domain and MR mode in `SHMEM_INFO`.
+#[test]
+fn auto_falls_back_to_sw_and_info_names_the_libfabric_provider() {
+    let run = |env: &[(&str, &str)]| {
+        let mut c = std::process::Command::new(PE);
+        c.arg("rma")
+            .env("SHMEM_TEST_ENGINE", "ROCE")
+            .env("SHMEM_LOG_LEVEL", "info")
+            .env_remove("SHMEM_RANK");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{env:?}: {out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(&[("SHMEM_ROCE_PROVIDER", "auto"), ("FI_PROVIDER", "bogus")]);
+    assert!(err.contains("using the sw provider"), "{err}");
+    assert!(
+        err.contains("FI_PROVIDER=bogus") || err.contains("libfabric not found"),
+        "{err}"
+    );
+    if let Err(why) = shmem_transport_roce::ofi::probe(None) {
+        eprintln!("ofi half not run: {why}");
+        assert!(std::env::var_os("CI").is_none(), "CI installs libfabric");
+        return;
+    }
+    for fi in ["tcp", "sockets"] {
+        let err = run(&[
+            ("SHMEM_ROCE_PROVIDER", "ofi"),
+            ("FI_PROVIDER", fi),
+            ("SHMEM_INFO", "1"),
+        ]);
+        let line = err
+            .lines()
+            .find(|l| l.contains("shmem ROCE engine: libfabric provider"))
+            .unwrap_or_else(|| panic!("no provider line in:\n{err}"));
+        assert!(line.contains(fi), "{line}");
+        for what in ["fabric ", "domain ", "MR mode ", "progress"] {
+            assert!(line.contains(what), "{what} missing: {line}");
+        }
+    }
+}
