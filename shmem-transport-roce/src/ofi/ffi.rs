@@ -74,6 +74,7 @@ pub const FI_CQ_COND_NONE: c_int = 0;
 pub const FI_ENABLE: c_int = 6;
 
 // Atomic data types and operations (fi_domain.h).
+pub const FI_UINT8: c_int = 1;
 pub const FI_UINT32: c_int = 5;
 pub const FI_UINT64: c_int = 7;
 pub const FI_SUM: c_int = 2;
@@ -838,6 +839,7 @@ mod tests {
             ("FI_CQ_FORMAT_CONTEXT", FI_CQ_FORMAT_CONTEXT as usize),
             ("FI_WAIT_UNSPEC", FI_WAIT_UNSPEC as usize),
             ("FI_ENABLE", FI_ENABLE as usize),
+            ("FI_UINT8", FI_UINT8 as usize),
             ("FI_UINT32", FI_UINT32 as usize),
             ("FI_UINT64", FI_UINT64 as usize),
             ("FI_SUM", FI_SUM as usize),

@@ -42,8 +42,11 @@
 //!
 //! Ordering of put-with-signal on providers without `FI_ORDER_WAW`
 //! (`tcp;ofi_rxm` advertises only RMA-after-RMA and atomic-after-atomic
-//! ordering): the data's writes are posted with delivery completion and
-//! the signal atomic only after they completed, one extra round trip.
+//! ordering): data up to the provider's atomic size (at most 4 KiB) goes as
+//! a byte-array `FI_ATOMIC_WRITE`, which atomic-after-atomic ordering puts
+//! before the signal atomic posted right after it; larger data is written
+//! with delivery completion and the signal posted once it completed (one
+//! extra round trip).
 
 pub mod ffi;
 
@@ -367,6 +370,10 @@ struct NativeAmo {
     cswap: [bool; 2],
     signal_set: bool,
     signal_add: bool,
+    /// Bytes one `FI_ATOMIC_WRITE` of `FI_UINT8` may carry (0: none); with
+    /// `FI_ORDER_ATOMIC_WAW` such a write is ordered before a later signal
+    /// atomic, which plain writes are not on providers without `FI_ORDER_WAW`.
+    byte_write_max: usize,
 }
 
 struct Raw {
@@ -959,6 +966,21 @@ fn open(api: &Api, info: *mut fi_info, base: *mut u8, size: usize) -> Result<Ope
                 cswap: both(FI_CSWAP, compare),
                 signal_set: q(FI_UINT64, FI_ATOMIC_WRITE, 0),
                 signal_add: q(FI_UINT64, FI_SUM, 0),
+                byte_write_max: {
+                    let mut a = fi_atomic_attr { count: 0, size: 0 };
+                    let rc = ((*(*raw.domain).ops).query_atomic)(
+                        raw.domain,
+                        FI_UINT8,
+                        FI_ATOMIC_WRITE,
+                        &mut a,
+                        0,
+                    );
+                    if rc == 0 && a.size == 1 && ta.msg_order & FI_ORDER_ATOMIC_WAW != 0 {
+                        a.count.min(4096)
+                    } else {
+                        0
+                    }
+                },
             };
             if !native.cswap[0] || !native.cswap[1] {
                 return Err(err(format!(
@@ -1098,9 +1120,14 @@ impl Ofi {
             mr_mode_names(opened.mr_mode),
             if opened.progress == FI_PROGRESS_MANUAL { "manual" } else { "auto" },
             if opened.ordered {
-                "writes ordered (FI_ORDER_WAW)"
+                "writes ordered (FI_ORDER_WAW)".to_string()
+            } else if opened.native.byte_write_max > 0 {
+                format!(
+                    "writes unordered (put-with-signal data up to {} B as ordered byte atomics, larger waits for delivery)",
+                    opened.native.byte_write_max
+                )
             } else {
-                "writes unordered (signals wait for delivery)"
+                "writes unordered (signals wait for delivery)".to_string()
             },
             opened.max_chunk,
             opened.inject_size
@@ -1466,6 +1493,62 @@ impl Ofi {
         Ok((done, out))
     }
 
+    /// Posts `data` as an `FI_ATOMIC_WRITE` of bytes (copied first; at most
+    /// [`NativeAmo::byte_write_max`] bytes) with delivery completion.
+    fn post_atomic_bytes(&self, pe: PeId, off: usize, data: &[u8]) -> Result<Completion> {
+        let i = &*self.inner;
+        let p = i.peer(pe)?;
+        let done = Completion::pending(1);
+        let mut ctx = i.track(Track {
+            pe,
+            done: done.clone(),
+            out: None,
+            bounce: 0,
+            wake: None,
+            posted: Instant::now(),
+        });
+        ctx.bounce = data.to_vec();
+        let buf = ctx.bounce.as_mut_ptr();
+        let len = data.len();
+        let remote = i.remote(p, off);
+        let ep = i.raw.ep;
+        let raw_ctx = Box::into_raw(ctx);
+        let r = i.post(pe, || {
+            // SAFETY: open endpoint; the bytes live in the context until its
+            // completion.
+            unsafe {
+                let ioc = fi_ioc {
+                    addr: buf.cast(),
+                    count: len,
+                };
+                let rma = fi_rma_ioc {
+                    addr: remote,
+                    count: len,
+                    key: p.key,
+                };
+                let mut desc: *mut c_void = ptr::null_mut();
+                let msg = fi_msg_atomic {
+                    msg_iov: &ioc,
+                    desc: &mut desc,
+                    iov_count: 1,
+                    addr: p.addr,
+                    rma_iov: &rma,
+                    rma_iov_count: 1,
+                    datatype: FI_UINT8,
+                    op: FI_ATOMIC_WRITE,
+                    context: raw_ctx.cast(),
+                    data: 0,
+                };
+                ((*(*ep).atomic).writemsg)(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
+            }
+        });
+        if let Err(why) = r {
+            i.unpost(raw_ctx, &why);
+            return Err(Error::PeerExited { pe, detail: why });
+        }
+        Ok(done)
+    }
+
     fn fetch_op(&self, pe: PeId, off: usize, width: AmoWidth, op: c_int, v: u64) -> Result<u64> {
         let (done, out) = self.post_atomic(pe, off, width, op, v, None, true, None)?;
         self.inner.wait(&done)?;
@@ -1715,14 +1798,26 @@ impl Transport for Ofi {
         nbi: bool,
     ) -> Result<()> {
         let ordered = self.inner.ordered;
-        if len > 0 {
+        let n = &self.inner.native;
+        let signal_native = match op {
+            SignalOp::Set => n.signal_set,
+            SignalOp::Add => n.signal_add,
+        };
+        if len > 0 && !ordered && signal_native && len <= n.byte_write_max {
+            // Small data as a byte-array atomic write: atomics are ordered
+            // after atomics (FI_ORDER_ATOMIC_WAW), so the signal can follow
+            // at once instead of after the data's delivery.
+            // SAFETY: the caller keeps `src` valid for `len` bytes; it is
+            // copied before this returns.
+            let data = unsafe { std::slice::from_raw_parts(src, len) };
+            self.post_atomic_bytes(pe, dst, data)?;
+        } else if len > 0 {
             let done = self.post_rma(pe, true, dst, src as *mut u8, len, !nbi, None)?;
             if !ordered {
                 // The signal may only be posted once the data is in place.
                 self.inner.wait(&done)?;
             }
         }
-        let n = &self.inner.native;
         let wake = Some([(sig as u64, 8), (dst as u64, len as u64)]);
         let (code, native) = match op {
             SignalOp::Set => (FI_ATOMIC_WRITE, n.signal_set),
