@@ -79,6 +79,8 @@ const WAKE_MAGIC: u64 = 0x5348_4d57_414b_4531; // "SHMWAKE1"
 /// Blocking puts copy their source into a bounce buffer (so they return at
 /// once); this many bytes of bounce buffers may be in flight.
 const BOUNCE_LIMIT: usize = 64 << 20;
+/// How long the progress thread keeps polling after its last completion.
+const HOT: Duration = Duration::from_micros(150);
 /// Providers `auto` never picks (they reach only processes of one host).
 const HOST_ONLY: &[&str] = &["shm", "sm2"];
 
@@ -1174,12 +1176,23 @@ impl Ofi {
             .spawn(move || {
                 let i = inner2;
                 let mut last_dog = Instant::now();
+                let mut active = Instant::now();
                 while !i.stopping.load(Ordering::SeqCst) {
+                    // Within HOT of the last completion the thread polls and
+                    // yields the core between polls (traffic comes in
+                    // bursts, and waking from fi_cq_sread costs tens of us
+                    // per message); then it blocks in fi_cq_sread.
                     // Auto-progress providers complete operations on their
                     // own threads, and some of them (sockets) do not wake a
-                    // blocked fi_cq_sread promptly: poll them every 100 us.
-                    let block = (!i.auto_progress).then_some(20);
-                    if i.poll_cq(block) == 0 && (!i.sread || i.auto_progress) {
+                    // blocked fi_cq_sread promptly: they are polled every
+                    // 100 us when idle.
+                    let hot = active.elapsed() < HOT;
+                    let block = (!i.auto_progress && !hot).then_some(20);
+                    if i.poll_cq(block) > 0 {
+                        active = Instant::now();
+                    } else if hot {
+                        std::thread::yield_now();
+                    } else if !i.sread || i.auto_progress {
                         std::thread::sleep(Duration::from_micros(100));
                     }
                     i.flush_wakes();
