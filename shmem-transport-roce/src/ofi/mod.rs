@@ -22,7 +22,7 @@
 //!
 //! Progress: a progress thread blocks in `fi_cq_sread` (manual-progress
 //! providers such as `tcp;ofi_rxm` move data only inside libfabric calls),
-//! after polling for [`HOT`] past its last completion (waking from
+//! after polling for 150 us past its last completion (waking from
 //! `fi_cq_sread` costs tens of microseconds per message), and threads
 //! waiting for their own operations poll the completion queue themselves. Waking the target's waiters: a remote write is invisible to
 //! the target's CPU, so after an operation that changed a peer's memory
