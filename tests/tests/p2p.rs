@@ -210,12 +210,20 @@ fn a_stopped_pe_is_named_by_every_other_pe_within_the_timeouts() {
     // ROCE at 4 PEs is left out: in about half of the fresh-clone CI
     // rehearsals PE 0 never reported (it was still blocked when killed), an
     // open bug in the ROCE engine's silent-peer handling (issue 14 note).
-    for (engine, sizes) in [("HCCS", &[2, 4][..]), ("SDMA", &[2, 4]), ("ROCE", &[2])] {
+    // ROCE runs under its default provider (libfabric where installed) and
+    // under the software provider.
+    for (engine, provider, sizes) in [
+        ("HCCS", "auto", &[2, 4][..]),
+        ("SDMA", "auto", &[2, 4]),
+        ("ROCE", "auto", &[2]),
+        ("ROCE", "sw", &[2]),
+    ] {
         for &n in sizes {
             let mut o = shmem_tests::LaunchOptions::new(n, PE);
             o.args = vec!["stop_in_barrier".into()];
             o.env = [
                 ("SHMEM_TEST_ENGINE", engine),
+                ("SHMEM_ROCE_PROVIDER", provider),
                 ("SHMEM_HANG_REPORT", "1"),
                 ("SHMEM_WAIT_TIMEOUT", "6"),
                 ("SHMEM_LINK_TIMEOUT", "4"),
@@ -230,15 +238,18 @@ fn a_stopped_pe_is_named_by_every_other_pe_within_the_timeouts() {
             // past SHMEM_LINK_TIMEOUT before it could hide a late report.
             o.kill_grace = std::time::Duration::from_secs(15);
             let r = shmem_tests::launch(&o).unwrap();
-            assert!(!r.timed_out, "{engine} at {n} PEs: {r:?}");
+            assert!(!r.timed_out, "{engine}/{provider} at {n} PEs: {r:?}");
             for (pe, end) in r.ends.iter().enumerate() {
                 if pe == 1 {
-                    assert!(matches!(end, PeEnd::Signaled(_)), "{engine} {n}: {r:?}");
+                    assert!(
+                        matches!(end, PeEnd::Signaled(_)),
+                        "{engine}/{provider} {n}: {r:?}"
+                    );
                 } else {
                     assert_eq!(
                         *end,
                         PeEnd::Exited(3),
-                        "{engine} at {n} PEs, PE {pe}: {r:?}"
+                        "{engine}/{provider} at {n} PEs, PE {pe}: {r:?}"
                     );
                 }
             }
@@ -361,7 +372,18 @@ fn collectives_as_processes_under_every_engine() {
 
 #[test]
 fn whole_p2p_suite_with_roce_forced() {
-    let roce = [("SHMEM_TEST_ENGINE", "ROCE"), ("STRESS_OPS", "2000")];
+    // The default provider (libfabric where installed) and the software one.
+    for provider in ["auto", "sw"] {
+        whole_p2p_suite_with_roce_provider(provider);
+    }
+}
+
+fn whole_p2p_suite_with_roce_provider(provider: &str) {
+    let roce = [
+        ("SHMEM_TEST_ENGINE", "ROCE"),
+        ("SHMEM_ROCE_PROVIDER", provider),
+        ("STRESS_OPS", "2000"),
+    ];
     for scenario in [
         "rma",
         "atomics",
