@@ -94,9 +94,23 @@ pub fn run_jobs(opts: &Options, args: &[String]) -> Result<(Vec<RunResult>, Vec<
     let hosts = if opts.hosts > 1 {
         let h = Hosts::new(opts.hosts)?;
         if !opts.quiet {
+            // The PEs inherit the environment: SHMEM_ROCE_PROVIDER=ofi|sw
+            // (and FI_PROVIDER) pick the RoCE engine's provider.
+            let var = |k: &str| std::env::var(k).unwrap_or_default();
+            let fi = var("FI_PROVIDER");
             eprintln!(
-                "shmem-bench: {} PEs on {} network-namespace hosts",
-                opts.pes, opts.hosts
+                "shmem-bench: {} PEs on {} network-namespace hosts, RoCE provider {}{}",
+                opts.pes,
+                opts.hosts,
+                match var("SHMEM_ROCE_PROVIDER").trim() {
+                    "" => "auto",
+                    p => p,
+                },
+                if fi.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (FI_PROVIDER={fi})")
+                }
             );
         }
         Some(h)

@@ -9,15 +9,21 @@
 //! posted work request has completed; `fence` is free because a queue pair
 //! is served in order.
 //!
-//! Providers (`SHMEM_ROCE_PROVIDER=auto|hw|sw`):
+//! Providers (`SHMEM_ROCE_PROVIDER=auto|ofi|sw|hw`):
+//! * `ofi`: libfabric, loaded at run time (see [`ofi`]): verbs on RoCE and
+//!   InfiniBand, EFA, cxi, psm2/opx, and `tcp;ofi_rxm` or `sockets` on any
+//!   Ethernet host. `FI_PROVIDER` selects the libfabric provider. `auto`
+//!   picks it when every PE finds a provider with `FI_RMA|FI_ATOMIC` on
+//!   `FI_EP_RDM` (and says which at INFO level), else falls back to `sw`
+//!   and says why.
 //! * `sw`: a software verbs provider over TCP, with a progress thread at the
 //!   target that checks the remote key and the heap bounds before touching
 //!   a byte. It runs on any Linux host and is what CI tests, including
 //!   across network namespaces.
 //! * `hw`: real NICs through the `ibverbs` crate (Cargo feature `ibverbs`).
 //!   Device discovery is implemented: a listing that fails (ENOSYS) or finds
-//!   nothing means "no RDMA device". The hardware data path is not written
-//!   yet, so `auto` uses `sw` and says so at INFO level, and `hw` is an
+//!   nothing means "no RDMA device". The direct data path is not written
+//!   (libfabric's verbs provider is the way to RDMA NICs), so `hw` is an
 //!   error naming what was found.
 //!
 //! The engine registers as `ROCE` (priority 10): by default it serves only
@@ -31,6 +37,7 @@
 
 #[cfg(feature = "ibverbs")]
 pub mod hw;
+pub mod ofi;
 pub mod sw;
 pub mod wire;
 
@@ -52,7 +59,7 @@ shmem_core::config_var!(
     "SHMEM_ROCE_PROVIDER",
     String,
     "auto",
-    "RoCE provider: auto (hw when an RDMA device is found, else sw), hw (ibverbs) or sw (software verbs over TCP)"
+    "RoCE provider: auto (libfabric when every PE finds a provider with FI_RMA|FI_ATOMIC, else sw), ofi (libfabric, loaded at run time; FI_PROVIDER picks its provider), sw (software verbs over TCP) or hw (ibverbs device discovery only: an error naming the devices)"
 );
 
 /// RDMA devices found by the `hw` provider (`Ok(vec![])`: none).
@@ -67,6 +74,72 @@ pub fn rdma_devices() -> std::result::Result<Vec<String>, String> {
     }
 }
 
+/// The provider `SHMEM_ROCE_PROVIDER` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    /// libfabric when every PE has it, else `sw`.
+    Auto,
+    /// libfabric, or an error.
+    Ofi,
+    /// The software verbs provider.
+    Sw,
+    /// The ibverbs device path (an error: discovery only).
+    Hw,
+}
+
+impl Provider {
+    /// Parses `SHMEM_ROCE_PROVIDER` (case-insensitive, blank = auto).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for any other value.
+    pub fn parse(s: &str) -> Result<Provider> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(Provider::Auto),
+            "ofi" | "libfabric" => Ok(Provider::Ofi),
+            "sw" => Ok(Provider::Sw),
+            "hw" => Ok(Provider::Hw),
+            other => Err(Error::Config {
+                name: "SHMEM_ROCE_PROVIDER",
+                value: other.to_string(),
+                reason: "expected auto, ofi, sw or hw".into(),
+            }),
+        }
+    }
+}
+
+/// `auto`'s choice, made alike on every PE: libfabric only when every PE
+/// found a provider (one byte per PE in a bootstrap allgather).
+fn auto_picks_ofi(init: &TransportInit<'_>) -> Result<bool> {
+    let found = ofi::probe(init.bootstrap.local_ip());
+    let all = init.bootstrap.allgather(&[u8::from(found.is_ok())])?;
+    let missing: Vec<usize> = (0..all.len())
+        .filter(|&pe| all[pe].first() != Some(&1))
+        .collect();
+    match found {
+        Ok(f) if missing.is_empty() => {
+            shmem_log!(
+                Info,
+                "ROCE: using libfabric provider {} (fabric {}, domain {})",
+                f.provider,
+                f.fabric,
+                f.domain
+            );
+            Ok(true)
+        }
+        Ok(_) => {
+            shmem_log!(
+                Info,
+                "ROCE: PEs {missing:?} found no usable libfabric provider; using the sw provider"
+            );
+            Ok(false)
+        }
+        Err(why) => {
+            shmem_log!(Info, "ROCE: {why}; using the sw provider");
+            Ok(false)
+        }
+    }
+}
+
 fn create(init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
     let n = init.bootstrap.size();
     let forced = init.config.test_engine.trim().eq_ignore_ascii_case(NAME);
@@ -74,47 +147,62 @@ fn create(init: &TransportInit<'_>) -> Result<Arc<dyn Transport>> {
         .map(|pe| forced || !init.topology.same_node(pe))
         .collect();
     let needed = forced || init.topology.n_nodes() > 1;
-    let provider = init
-        .config
-        .var::<String>("SHMEM_ROCE_PROVIDER")?
-        .trim()
-        .to_ascii_lowercase();
-    match provider.as_str() {
-        "auto" | "" => {
-            if needed {
-                match rdma_devices() {
-                    Ok(d) if !d.is_empty() => shmem_log!(
-                        Info,
-                        "ROCE: RDMA device(s) {d:?} found, but the hw data path is not in this build; using the sw provider"
-                    ),
-                    Ok(_) => shmem_log!(Info, "ROCE: no RDMA device; using the sw provider"),
-                    Err(e) => shmem_log!(Info, "ROCE: no RDMA device ({e}); using the sw provider"),
-                }
-            }
-        }
-        "sw" => {}
-        "hw" => {
-            let found = rdma_devices();
-            return Err(Error::EngineUnavailable {
-                requested: "ROCE (SHMEM_ROCE_PROVIDER=hw)".into(),
-                reason: match found {
-                    Ok(d) if d.is_empty() => "no RDMA device".into(),
-                    Ok(d) => format!("RDMA device(s) {d:?} found, but the hw data path is not implemented yet; use sw"),
-                    Err(e) => format!("no RDMA device: {e}"),
-                },
-                available: shmem_core::transport::registered_names(),
-            });
-        }
-        other => {
-            return Err(Error::Config {
-                name: "SHMEM_ROCE_PROVIDER",
-                value: other.to_string(),
-                reason: "expected auto, hw or sw".into(),
-            })
-        }
+    let provider = Provider::parse(&init.config.var::<String>("SHMEM_ROCE_PROVIDER")?)?;
+    if provider == Provider::Hw {
+        let found = rdma_devices();
+        return Err(Error::EngineUnavailable {
+            requested: "ROCE (SHMEM_ROCE_PROVIDER=hw)".into(),
+            reason: match found {
+                Ok(d) if d.is_empty() => "no RDMA device".into(),
+                Ok(d) => format!("RDMA device(s) {d:?} found, but the direct ibverbs data path is not implemented; use SHMEM_ROCE_PROVIDER=ofi with FI_PROVIDER=verbs"),
+                Err(e) => format!("no RDMA device: {e}"),
+            },
+            available: shmem_core::transport::registered_names(),
+        });
     }
     if !needed {
         return Ok(Arc::new(sw::SwVerbs::unconnected(init)));
     }
+    let use_ofi = match provider {
+        Provider::Ofi => true,
+        Provider::Auto => auto_picks_ofi(init)?,
+        Provider::Sw | Provider::Hw => false,
+    };
+    if use_ofi {
+        return Ok(Arc::new(ofi::Ofi::create(init, reach)?));
+    }
+    if init.config.info && init.bootstrap.rank() == 0 {
+        eprintln!("shmem ROCE engine: software verbs provider over TCP");
+    }
     Ok(Arc::new(sw::SwVerbs::create(init, reach)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_names_parse() {
+        assert_eq!(Provider::parse("").unwrap(), Provider::Auto);
+        assert_eq!(Provider::parse(" AUTO ").unwrap(), Provider::Auto);
+        assert_eq!(Provider::parse("ofi").unwrap(), Provider::Ofi);
+        assert_eq!(Provider::parse("Libfabric").unwrap(), Provider::Ofi);
+        assert_eq!(Provider::parse("sw").unwrap(), Provider::Sw);
+        assert_eq!(Provider::parse("hw").unwrap(), Provider::Hw);
+        let e = Provider::parse("verbs").unwrap_err().to_string();
+        assert!(
+            e.contains("SHMEM_ROCE_PROVIDER") && e.contains("ofi"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn auto_skips_host_local_providers() {
+        assert!(!ofi::auto_may_pick("shm"));
+        assert!(!ofi::auto_may_pick("sm2"));
+        assert!(ofi::auto_may_pick("tcp;ofi_rxm"));
+        assert!(ofi::auto_may_pick("verbs;ofi_rxm"));
+        assert!(ofi::auto_may_pick("sockets"));
+        assert!(ofi::auto_may_pick("efa"));
+    }
 }

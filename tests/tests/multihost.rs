@@ -1,8 +1,10 @@
 //! PEs on several "hosts": network namespaces joined through a bridge, so
 //! each host is a different node and peers on other hosts are reached with
-//! the RoCE engine (software verbs over TCP), same-host peers with HCCS.
-//! Needs root and iproute2 (CI runs as root and installs it); elsewhere the
-//! tests say why they did not run.
+//! the RoCE engine, same-host peers with HCCS. Every suite runs under each
+//! RoCE provider: the software verbs provider and libfabric over its
+//! `tcp;ofi_rxm` and `sockets` providers (when libfabric is installed; CI
+//! installs it and fails without it). Needs root and iproute2 (CI runs as
+//! root and installs it); elsewhere the tests say why they did not run.
 
 use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -140,6 +142,43 @@ fn hosts_or_skip(n: usize) -> Option<Hosts> {
     }
 }
 
+/// The RoCE providers every multi-host test runs under, as environments.
+fn providers() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
+    let mut v = vec![("sw", vec![("SHMEM_ROCE_PROVIDER", "sw")])];
+    match shmem_transport_roce::ofi::probe(None) {
+        Ok(_) => {
+            for fi in ["tcp", "sockets"] {
+                v.push((
+                    if fi == "tcp" {
+                        "ofi/tcp"
+                    } else {
+                        "ofi/sockets"
+                    },
+                    vec![
+                        ("SHMEM_ROCE_PROVIDER", "ofi"),
+                        ("FI_PROVIDER", fi),
+                        // sockets' progress threads spin 10 ms by default.
+                        ("FI_SOCKETS_PE_WAITTIME", "0"),
+                    ],
+                ));
+            }
+        }
+        Err(why) => {
+            eprintln!("libfabric variants of the multi-host tests not run: {why}");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run the libfabric variants (install libfabric1): {why}"
+            );
+        }
+    }
+    v
+}
+
+/// `base` followed by `extra`.
+fn with<'a>(base: &[(&'a str, &'a str)], extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    base.iter().chain(extra).copied().collect()
+}
+
 fn run_ok(o: &LaunchOptions, what: &str) {
     let r = launch(o).expect("start");
     assert!(r.success(), "{what}: {:?} {:?}", r.summary(), r.ends);
@@ -148,76 +187,113 @@ fn run_ok(o: &LaunchOptions, what: &str) {
 #[test]
 fn two_hosts_run_the_p2p_and_collectives_suites() {
     let Some(h) = hosts_or_skip(2) else { return };
-    for scenario in [
-        "bootstrap",
-        "rma",
-        "atomics",
-        "signals",
-        "waits",
-        "bulk",
-        "collectives",
-    ] {
+    for (prov, env) in providers() {
+        for scenario in [
+            "bootstrap",
+            "rma",
+            "atomics",
+            "signals",
+            "waits",
+            "bulk",
+            "collectives",
+        ] {
+            run_ok(
+                &h.job(2, scenario, &env),
+                &format!("{scenario} on 2 hosts x 2 PEs, {prov}"),
+            );
+        }
         run_ok(
-            &h.job(2, scenario, &[]),
-            &format!("{scenario} on 2 hosts x 2 PEs"),
+            &h.job(1, "signal_stress", &env),
+            &format!("signal_stress on 2 hosts x 1 PE, {prov}"),
+        );
+        run_ok(
+            &h.job(
+                2,
+                "collectives",
+                &with(&env, &[("SHMEM_TEST_ENGINE", "ROCE")]),
+            ),
+            &format!("collectives, ROCE forced, {prov}"),
         );
     }
-    run_ok(
-        &h.job(1, "signal_stress", &[]),
-        "signal_stress on 2 hosts x 1 PE",
-    );
-    run_ok(
-        &h.job(2, "collectives", &[("SHMEM_TEST_ENGINE", "ROCE")]),
-        "collectives, ROCE forced",
-    );
 }
 
 #[test]
 fn three_hosts_run_the_suites() {
     let Some(h) = hosts_or_skip(3) else { return };
-    for scenario in ["rma", "atomics", "signals", "collectives", "streams"] {
-        run_ok(&h.job(1, scenario, &[]), &format!("{scenario} on 3 hosts"));
+    for (prov, env) in providers() {
+        for scenario in ["rma", "atomics", "signals", "collectives", "streams"] {
+            run_ok(
+                &h.job(1, scenario, &env),
+                &format!("{scenario} on 3 hosts, {prov}"),
+            );
+        }
+        run_ok(
+            &h.job(2, "collectives", &env),
+            &format!("collectives on 3 hosts x 2 PEs, {prov}"),
+        );
     }
-    run_ok(
-        &h.job(2, "collectives", &[]),
-        "collectives on 3 hosts x 2 PEs",
-    );
 }
 
 #[test]
 fn cut_link_is_reported_naming_the_peer() {
     let Some(h) = hosts_or_skip(2) else { return };
-    // PE 1 (host 1) takes its own link down once everyone is waiting.
-    let mut o = h.job(1, "link_cut", &[("SHMEM_LINK_TIMEOUT", "3")]);
-    o.kill_grace = Duration::from_secs(20);
-    let t = Instant::now();
-    let r = launch(&o).expect("start");
-    assert!(
-        t.elapsed() < Duration::from_secs(60),
-        "took {:?}",
-        t.elapsed()
-    );
-    assert_eq!(
-        r.ends[0],
-        PeEnd::Exited(3),
-        "PE 0 must report PE 1 as gone: {r:?}"
-    );
-    assert!(!r.success());
+    for (prov, env) in providers() {
+        // PE 1 (host 1) takes its own link down once everyone is waiting.
+        let mut o = h.job(1, "link_cut", &with(&env, &[("SHMEM_LINK_TIMEOUT", "3")]));
+        o.kill_grace = Duration::from_secs(20);
+        let t = Instant::now();
+        let r = launch(&o).expect("start");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{prov}: took {:?}",
+            t.elapsed()
+        );
+        assert_eq!(
+            r.ends[0],
+            PeEnd::Exited(3),
+            "{prov}: PE 0 must report PE 1 as gone: {r:?}"
+        );
+        assert!(!r.success());
+        // The cut host's link comes back for the next provider's run.
+        let dev = format!("{}v1", h.tag);
+        let _ = ip(&["-n", &h.host(1), "link", "set", &dev, "up"]);
+    }
 }
 
 #[test]
 fn killed_remote_pe_is_reported() {
     let Some(h) = hosts_or_skip(2) else { return };
-    let mut o = h.job(2, "kill_in_wait", &[]);
-    o.kill_grace = Duration::from_secs(10);
-    let r = launch(&o).expect("start");
-    assert_eq!(
-        r.first_failure,
-        Some((1, PeEnd::Signaled(libc::SIGKILL))),
-        "{r:?}"
-    );
-    for pe in [0, 2, 3] {
-        assert_eq!(r.ends[pe], PeEnd::Exited(3), "PE {pe}: {r:?}");
+    for (prov, env) in providers() {
+        let mut o = h.job(2, "kill_in_wait", &env);
+        o.kill_grace = Duration::from_secs(10);
+        let r = launch(&o).expect("start");
+        assert_eq!(
+            r.first_failure,
+            Some((1, PeEnd::Signaled(libc::SIGKILL))),
+            "{prov}: {r:?}"
+        );
+        for pe in [0, 2, 3] {
+            assert_eq!(r.ends[pe], PeEnd::Exited(3), "{prov}, PE {pe}: {r:?}");
+        }
+    }
+}
+
+/// Puts, atomics and signals across hosts keep failing with an error that
+/// names the dead peer, under every provider (the PE is killed while the
+/// others keep operating on it).
+#[test]
+fn rma_to_a_killed_remote_pe_fails_naming_it() {
+    let Some(h) = hosts_or_skip(2) else { return };
+    for (prov, env) in providers() {
+        let mut o = h.job(
+            1,
+            "rma_to_dead",
+            &with(&env, &[("SHMEM_TEST_ENGINE", "ROCE")]),
+        );
+        o.kill_grace = Duration::from_secs(20);
+        let r = launch(&o).expect("start");
+        assert_eq!(r.ends[1], PeEnd::Signaled(libc::SIGKILL), "{prov}: {r:?}");
+        assert_eq!(r.ends[0], PeEnd::Exited(3), "{prov}: {r:?}");
     }
 }
 

@@ -209,13 +209,21 @@ fn without_hang_abort_the_report_is_printed_once_and_the_job_waits_on() {
 fn a_stopped_pe_is_named_by_every_other_pe_within_the_timeouts() {
     // PE 1 may stop halfway through answering a get over ROCE: the reply's
     // header has arrived and its data never does (this hung PE 0 in about
-    // half of the CI runs until the watchdog counted owed data as busy).
-    for (engine, sizes) in [("HCCS", &[2, 4][..]), ("SDMA", &[2, 4]), ("ROCE", &[2, 4])] {
+    // half of the CI runs until the sw watchdog counted owed data as busy).
+    // ROCE runs under its default provider (libfabric where installed) and
+    // under the software provider.
+    for (engine, provider, sizes) in [
+        ("HCCS", "auto", &[2, 4][..]),
+        ("SDMA", "auto", &[2, 4]),
+        ("ROCE", "auto", &[2, 4]),
+        ("ROCE", "sw", &[2, 4]),
+    ] {
         for &n in sizes {
             let mut o = shmem_tests::LaunchOptions::new(n, PE);
             o.args = vec!["stop_in_barrier".into()];
             o.env = [
                 ("SHMEM_TEST_ENGINE", engine),
+                ("SHMEM_ROCE_PROVIDER", provider),
                 ("SHMEM_HANG_REPORT", "1"),
                 ("SHMEM_WAIT_TIMEOUT", "6"),
                 ("SHMEM_LINK_TIMEOUT", "4"),
@@ -230,15 +238,18 @@ fn a_stopped_pe_is_named_by_every_other_pe_within_the_timeouts() {
             // past SHMEM_LINK_TIMEOUT before it could hide a late report.
             o.kill_grace = std::time::Duration::from_secs(15);
             let r = shmem_tests::launch(&o).unwrap();
-            assert!(!r.timed_out, "{engine} at {n} PEs: {r:?}");
+            assert!(!r.timed_out, "{engine}/{provider} at {n} PEs: {r:?}");
             for (pe, end) in r.ends.iter().enumerate() {
                 if pe == 1 {
-                    assert!(matches!(end, PeEnd::Signaled(_)), "{engine} {n}: {r:?}");
+                    assert!(
+                        matches!(end, PeEnd::Signaled(_)),
+                        "{engine}/{provider} {n}: {r:?}"
+                    );
                 } else {
                     assert_eq!(
                         *end,
                         PeEnd::Exited(3),
-                        "{engine} at {n} PEs, PE {pe}: {r:?}"
+                        "{engine}/{provider} at {n} PEs, PE {pe}: {r:?}"
                     );
                 }
             }
@@ -361,7 +372,18 @@ fn collectives_as_processes_under_every_engine() {
 
 #[test]
 fn whole_p2p_suite_with_roce_forced() {
-    let roce = [("SHMEM_TEST_ENGINE", "ROCE"), ("STRESS_OPS", "2000")];
+    // The default provider (libfabric where installed) and the software one.
+    for provider in ["auto", "sw"] {
+        whole_p2p_suite_with_roce_provider(provider);
+    }
+}
+
+fn whole_p2p_suite_with_roce_provider(provider: &str) {
+    let roce = [
+        ("SHMEM_TEST_ENGINE", "ROCE"),
+        ("SHMEM_ROCE_PROVIDER", provider),
+        ("STRESS_OPS", "2000"),
+    ];
     for scenario in [
         "rma",
         "atomics",
@@ -423,5 +445,111 @@ fn global_exit_ends_every_pe_with_its_status() {
     for n in [2, 4] {
         let r = run_job(PE, n, &["global_exit"], &[]);
         assert!(r.ends.iter().all(|e| *e == PeEnd::Exited(5)), "{r:?}");
+    }
+}
+
+/// `SHMEM_ROCE_PROVIDER=ofi` with a libfabric provider that does not exist
+/// fails init with a message naming the engine and what was asked for
+/// (or, without libfabric, saying that it is missing).
+#[test]
+fn ofi_with_a_bogus_fi_provider_fails_init_clearly() {
+    let out = std::process::Command::new(PE)
+        .arg("bootstrap")
+        .env("SHMEM_TEST_ENGINE", "ROCE")
+        .env("SHMEM_ROCE_PROVIDER", "ofi")
+        .env("FI_PROVIDER", "no_such_provider")
+        .env_remove("SHMEM_RANK")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("SHMEM_ROCE_PROVIDER=ofi"), "{err}");
+    assert!(
+        err.contains("FI_PROVIDER=no_such_provider") || err.contains("libfabric not found"),
+        "{err}"
+    );
+}
+
+/// The libfabric provider over `tcp;ofi_rxm` and `sockets` on one host
+/// (ROCE forced for every peer): the point-to-point suite and collectives.
+#[test]
+fn p2p_suite_over_libfabric_tcp_and_sockets() {
+    if let Err(why) = shmem_transport_roce::ofi::probe(None) {
+        eprintln!("not run: {why}");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the libfabric tests: {why}"
+        );
+        return;
+    }
+    for fi in ["tcp", "sockets"] {
+        // The sockets provider's progress threads spin 10 ms by default,
+        // which starves 3 PEs on a 2-core machine.
+        let env = [
+            ("SHMEM_TEST_ENGINE", "ROCE"),
+            ("SHMEM_ROCE_PROVIDER", "ofi"),
+            ("FI_PROVIDER", fi),
+            ("FI_SOCKETS_PE_WAITTIME", "0"),
+            ("STRESS_OPS", "2000"),
+        ];
+        for scenario in [
+            "rma",
+            "atomics",
+            "signals",
+            "signal_stress",
+            "waits",
+            "bulk",
+            "handles",
+            "fetch_add_stress",
+            "collectives",
+        ] {
+            at_sizes(scenario, &[2, 3], &env);
+        }
+    }
+}
+
+/// `auto` with no usable libfabric provider (a bogus `FI_PROVIDER`) falls
+/// back to the software provider and says why at INFO level; `ofi` with a
+/// real one shows the provider, fabric, domain and MR mode in `SHMEM_INFO`.
+#[test]
+fn auto_falls_back_to_sw_and_info_names_the_libfabric_provider() {
+    let run = |env: &[(&str, &str)]| {
+        let mut c = std::process::Command::new(PE);
+        c.arg("rma")
+            .env("SHMEM_TEST_ENGINE", "ROCE")
+            .env("SHMEM_LOG_LEVEL", "info")
+            .env_remove("SHMEM_RANK");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{env:?}: {out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(&[("SHMEM_ROCE_PROVIDER", "auto"), ("FI_PROVIDER", "bogus")]);
+    assert!(err.contains("using the sw provider"), "{err}");
+    assert!(
+        err.contains("FI_PROVIDER=bogus") || err.contains("libfabric not found"),
+        "{err}"
+    );
+    if let Err(why) = shmem_transport_roce::ofi::probe(None) {
+        eprintln!("ofi half not run: {why}");
+        assert!(std::env::var_os("CI").is_none(), "CI installs libfabric");
+        return;
+    }
+    for fi in ["tcp", "sockets"] {
+        let err = run(&[
+            ("SHMEM_ROCE_PROVIDER", "ofi"),
+            ("FI_PROVIDER", fi),
+            ("SHMEM_INFO", "1"),
+        ]);
+        let line = err
+            .lines()
+            .find(|l| l.contains("shmem ROCE engine: libfabric provider"))
+            .unwrap_or_else(|| panic!("no provider line in:\n{err}"));
+        assert!(line.contains(fi), "{line}");
+        for what in ["fabric ", "domain ", "MR mode ", "progress"] {
+            assert!(line.contains(what), "{what} missing: {line}");
+        }
     }
 }

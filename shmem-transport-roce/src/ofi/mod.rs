@@ -1,0 +1,1943 @@
+//! The libfabric provider: RDMA on every fabric libfabric supports
+//! (verbs for RoCE/InfiniBand, EFA, Slingshot's cxi, Omni-Path's psm2/opx,
+//! and `tcp;ofi_rxm` or `sockets` on plain Ethernet).
+//!
+//! `libfabric.so.1` is loaded at run time ([`ffi::Api::load`]), so a build
+//! needs no libfabric and a host without it falls back to the software
+//! provider. Per job: one fabric, domain and reliable-datagram endpoint, the
+//! whole symmetric heap registered as one memory region, the endpoint
+//! addresses and keys of all PEs exchanged in one bootstrap allgather
+//! (postcard-encoded [`PeerCard`]), an address vector of all peers.
+//!
+//! Data path: put = `fi_write`, get = `fi_read`, atomics =
+//! `fi_fetch_atomic`/`fi_compare_atomic` (a compare-and-swap loop stands in
+//! for any op/width the provider lacks, found with `fi_query_atomic`),
+//! signals = `fi_atomic`. Transfers are split at the provider's
+//! `max_msg_size` (at most [`MAX_CHUNK`]) and pipelined. Every operation
+//! carries a context that its completion-queue entry hands back; `quiet`
+//! waits until every posted operation has completed. When the provider
+//! orders writes after writes (`FI_ORDER_WAW`) fences and put-with-signal
+//! are free; otherwise the signal is posted after the data's delivery
+//! completion and `fence` completes the earlier operations first.
+//!
+//! Progress: a progress thread blocks in `fi_cq_sread` (manual-progress
+//! providers such as `tcp;ofi_rxm` move data only inside libfabric calls),
+//! after polling for 150 us past its last completion (waking from
+//! `fi_cq_sread` costs tens of microseconds per message), and threads
+//! waiting for their own operations poll the completion queue themselves. Waking the target's waiters: a remote write is invisible to
+//! the target's CPU, so after an operation that changed a peer's memory
+//! completes, the initiator sends the peer a small "wake" message naming the
+//! bytes it changed; the peer's progress thread rings its waiters (the same
+//! [`shmem_core::wait::ring`] a local writer uses). A wake that overtakes
+//! its data costs at most one poll interval of the waiter (which re-checks
+//! its condition every 50 ms), never correctness.
+//!
+//! Failures: an error completion marks its peer failed; an operation that
+//! gets no completion while its peer sends nothing for `SHMEM_LINK_TIMEOUT`
+//! fails with an error naming the peer, and so does every later operation
+//! to it. Such an operation's context stays with the provider (it is
+//! freed if its completion ever comes), but a read's destination buffer is
+//! the caller's again once the error is returned: a peer that comes back
+//! after the link timeout could still write into it, as with any RDMA
+//! library that abandons a request.
+//!
+//! Ordering of put-with-signal on providers without `FI_ORDER_WAW`
+//! (`tcp;ofi_rxm` advertises only RMA-after-RMA and atomic-after-atomic
+//! ordering): data up to the provider's atomic size (at most 4 KiB) goes as
+//! a byte-array `FI_ATOMIC_WRITE`, which atomic-after-atomic ordering puts
+//! before the signal atomic posted right after it; larger data is written
+//! with delivery completion and the signal posted once it completed (one
+//! extra round trip).
+
+pub mod ffi;
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_int, c_void, CStr, CString};
+use std::net::IpAddr;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use shmem_core::wait::{ring, ControlBlock, Span};
+use shmem_core::{
+    shmem_log, AmoOp, AmoWidth, Capabilities, Completion, Error, PeId, Result, SignalOp, Transport,
+    TransportInit,
+};
+
+use crate::NAME;
+use ffi::*;
+
+/// Largest single transfer posted, also when the provider allows more.
+pub const MAX_CHUNK: usize = 4 << 20;
+/// Receive buffers for wake messages kept posted.
+const RX_BUFFERS: usize = 64;
+/// Bytes of one wake message.
+const WAKE_LEN: usize = 40;
+const WAKE_MAGIC: u64 = 0x5348_4d57_414b_4531; // "SHMWAKE1"
+/// Blocking puts copy their source into a bounce buffer (so they return at
+/// once); this many bytes of bounce buffers may be in flight.
+const BOUNCE_LIMIT: usize = 64 << 20;
+/// How long the progress thread keeps polling after its last completion.
+const HOT: Duration = Duration::from_micros(150);
+/// Providers `auto` never picks (they reach only processes of one host).
+const HOST_ONLY: &[&str] = &["shm", "sm2"];
+
+fn err(reason: impl Into<String>) -> Error {
+    Error::Transport {
+        engine: NAME,
+        reason: reason.into(),
+    }
+}
+
+fn cstr(p: *const std::ffi::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: libfabric strings are NUL-terminated and live as long as their info.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// What one PE tells the others at setup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerCard {
+    /// Provider name (every PE must use the same).
+    pub provider: String,
+    /// Endpoint address (`fi_getname`).
+    pub addr: Vec<u8>,
+    /// Remote key of the heap's memory region.
+    pub key: u64,
+    /// Virtual address of the heap (used with `FI_MR_VIRT_ADDR`).
+    pub base: u64,
+    /// Heap bytes.
+    pub size: u64,
+}
+
+/// Describes `mr_mode` bits for `SHMEM_INFO`.
+pub fn mr_mode_names(mode: c_int) -> String {
+    let names = [
+        (FI_MR_BASIC, "FI_MR_BASIC"),
+        (FI_MR_SCALABLE, "FI_MR_SCALABLE"),
+        (FI_MR_LOCAL, "FI_MR_LOCAL"),
+        (FI_MR_RAW, "FI_MR_RAW"),
+        (FI_MR_VIRT_ADDR, "FI_MR_VIRT_ADDR"),
+        (FI_MR_ALLOCATED, "FI_MR_ALLOCATED"),
+        (FI_MR_PROV_KEY, "FI_MR_PROV_KEY"),
+        (FI_MR_MMU_NOTIFY, "FI_MR_MMU_NOTIFY"),
+        (FI_MR_RMA_EVENT, "FI_MR_RMA_EVENT"),
+        (FI_MR_ENDPOINT, "FI_MR_ENDPOINT"),
+        (FI_MR_HMEM, "FI_MR_HMEM"),
+    ];
+    let v: Vec<&str> = names
+        .iter()
+        .filter(|(b, _)| mode & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if v.is_empty() {
+        "none (offsets, requested keys)".into()
+    } else {
+        v.join("|")
+    }
+}
+
+/// The memory-registration modes this provider can work with.
+pub const MR_MODES_SUPPORTED: c_int =
+    FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+
+/// Whether `auto` may pick `provider` (when `FI_PROVIDER` does not name it).
+pub fn auto_may_pick(provider: &str) -> bool {
+    !provider
+        .split(';')
+        .next()
+        .is_some_and(|core| HOST_ONLY.contains(&core))
+}
+
+/// A provider found by [`probe`].
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// `fabric_attr->prov_name`.
+    pub provider: String,
+    /// `fabric_attr->name`.
+    pub fabric: String,
+    /// `domain_attr->name`.
+    pub domain: String,
+}
+
+/// The `fi_getinfo` list for our needs, owned (freed on drop).
+struct InfoList<'a> {
+    api: &'a Api,
+    head: *mut fi_info,
+}
+
+impl Drop for InfoList<'_> {
+    fn drop(&mut self) {
+        if !self.head.is_null() {
+            // SAFETY: `head` came from fi_getinfo and is freed once.
+            unsafe { (self.api.freeinfo)(self.head) };
+        }
+    }
+}
+
+impl InfoList<'_> {
+    fn iter(&self) -> impl Iterator<Item = *mut fi_info> + '_ {
+        let mut p = self.head;
+        std::iter::from_fn(move || {
+            if p.is_null() {
+                return None;
+            }
+            let cur = p;
+            // SAFETY: a node of the list fi_getinfo returned.
+            p = unsafe { (*cur).next };
+            Some(cur)
+        })
+    }
+}
+
+fn api_version(api: &Api) -> u32 {
+    // SAFETY: fi_version has no preconditions.
+    let lib = unsafe { (api.version)() };
+    lib.min(fi_version(1, 17)).max(fi_version(1, 5))
+}
+
+fn getinfo<'a>(api: &'a Api, node: Option<IpAddr>) -> std::result::Result<InfoList<'a>, String> {
+    // SAFETY: fi_dupinfo(NULL) allocates a zeroed fi_info with all attribute structs.
+    let hints = unsafe { (api.dupinfo)(ptr::null()) };
+    if hints.is_null() {
+        return Err("fi_allocinfo failed".into());
+    }
+    // SAFETY: `hints` and its attribute structs were just allocated by libfabric.
+    unsafe {
+        let h = &mut *hints;
+        h.caps = FI_MSG
+            | FI_RMA
+            | FI_ATOMIC
+            | FI_READ
+            | FI_WRITE
+            | FI_REMOTE_READ
+            | FI_REMOTE_WRITE
+            | FI_SEND
+            | FI_RECV;
+        h.mode = FI_CONTEXT | FI_CONTEXT2;
+        (*h.ep_attr).type_ = FI_EP_RDM;
+        (*h.domain_attr).threading = FI_THREAD_SAFE;
+        (*h.domain_attr).mr_mode = MR_MODES_SUPPORTED;
+        (*h.domain_attr).av_type = FI_AV_TABLE;
+    }
+    let node_c = node.map(|ip| CString::new(ip.to_string()).unwrap_or_default());
+    let mut out: *mut fi_info = ptr::null_mut();
+    // SAFETY: valid hints, optional NUL-terminated node, out pointer.
+    let rc = unsafe {
+        (api.getinfo)(
+            api_version(api),
+            node_c.as_ref().map_or(ptr::null(), |c| c.as_ptr()),
+            ptr::null(),
+            if node.is_some() { 1 << 57 } else { 0 }, // FI_SOURCE
+            hints,
+            &mut out,
+        )
+    };
+    // SAFETY: allocated by fi_dupinfo above.
+    unsafe { (api.freeinfo)(hints) };
+    if rc != 0 {
+        return Err(format!(
+            "fi_getinfo found no provider with FI_RMA|FI_ATOMIC|FI_MSG on FI_EP_RDM{}: {}",
+            std::env::var("FI_PROVIDER")
+                .map(|p| format!(" (FI_PROVIDER={p})"))
+                .unwrap_or_default(),
+            api.error(rc as isize)
+        ));
+    }
+    Ok(InfoList { api, head: out })
+}
+
+/// Picks the first usable provider of the list (honouring `FI_PROVIDER`,
+/// which libfabric applies itself; without it, host-only providers are
+/// skipped).
+fn pick(list: &InfoList<'_>) -> std::result::Result<*mut fi_info, String> {
+    let explicit = std::env::var("FI_PROVIDER").is_ok_and(|p| !p.trim().is_empty());
+    let mut skipped = Vec::new();
+    for i in list.iter() {
+        // SAFETY: a node of the fi_getinfo list, with its attribute structs.
+        let name = unsafe { cstr((*(*i).fabric_attr).prov_name) };
+        if explicit || auto_may_pick(&name) {
+            return Ok(i);
+        }
+        skipped.push(name);
+    }
+    Err(format!(
+        "only host-local providers found ({}); set FI_PROVIDER to use one",
+        skipped.join(", ")
+    ))
+}
+
+/// Loads libfabric and finds the provider the `ofi` provider would use.
+///
+/// # Errors
+/// Why libfabric cannot be used: missing library, no provider.
+pub fn probe(node: Option<IpAddr>) -> std::result::Result<Found, String> {
+    let api = Api::load()?;
+    let list = getinfo(&api, node)?;
+    let i = pick(&list)?;
+    // SAFETY: a node of the list, valid while `list` lives.
+    unsafe {
+        Ok(Found {
+            provider: cstr((*(*i).fabric_attr).prov_name),
+            fabric: cstr((*(*i).fabric_attr).name),
+            domain: cstr((*(*i).domain_attr).name),
+        })
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    issued: AtomicU64,
+    completed: AtomicU64,
+    error: Mutex<Option<String>>,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Counters {
+    fn complete(&self, error: Option<&str>) {
+        if let Some(e) = error {
+            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| e.to_string());
+        }
+        self.completed.fetch_add(1, Ordering::AcqRel);
+        let _g = self.lock.lock();
+        self.cv.notify_all();
+    }
+}
+
+/// Kinds of operation contexts.
+const KIND_TX: u64 = 1;
+const KIND_RX: u64 = 2;
+
+/// The context of one posted operation: owned by the provider from post to
+/// completion-queue entry (leaked if that never comes).
+#[repr(C)]
+struct OpCtx {
+    fictx: fi_context2,
+    kind: u64,
+    id: u64,
+    /// Operand, compare value and result of atomics.
+    operand: u64,
+    compare: u64,
+    result: u64,
+    /// Source copy of a blocking put.
+    bounce: Vec<u8>,
+}
+
+/// A receive buffer for wake messages.
+#[repr(C)]
+struct RxCtx {
+    fictx: fi_context2,
+    kind: u64,
+    buf: [u8; 64],
+}
+
+/// Two (offset, length) byte ranges of a peer's heap to wake it for.
+type Spans = [(u64, u64); 2];
+
+/// An operation awaiting its completion.
+struct Track {
+    pe: PeId,
+    done: Completion,
+    out: Option<Arc<AtomicU64>>,
+    bounce: usize,
+    /// Wake `pe` for these spans once the operation completed.
+    wake: Option<Spans>,
+    posted: Instant,
+}
+
+struct Peer {
+    addr: fi_addr_t,
+    base: u64,
+    key: u64,
+    failed: Mutex<Option<String>>,
+    /// Last time an operation to this peer completed.
+    heard: Mutex<Instant>,
+}
+
+/// Which atomics the provider executes natively (per width: 32, 64).
+#[derive(Debug, Clone, Copy, Default)]
+struct NativeAmo {
+    read: [bool; 2],
+    write: [bool; 2],
+    sum: [bool; 2],
+    band: [bool; 2],
+    bor: [bool; 2],
+    bxor: [bool; 2],
+    cswap: [bool; 2],
+    signal_set: bool,
+    signal_add: bool,
+    /// Bytes one `FI_ATOMIC_WRITE` of `FI_UINT8` may carry (0: none); with
+    /// `FI_ORDER_ATOMIC_WAW` such a write is ordered before a later signal
+    /// atomic, which plain writes are not on providers without `FI_ORDER_WAW`.
+    byte_write_max: usize,
+}
+
+struct Raw {
+    fabric: *mut fid_fabric,
+    domain: *mut fid_domain,
+    ep: *mut fid_ep,
+    av: *mut fid_av,
+    cq: *mut fid_cq,
+    mr: *mut fid_mr,
+}
+
+/// Shared state of the engine and its progress thread.
+struct Inner {
+    api: Api,
+    raw: Raw,
+    my_pe: PeId,
+    peers: Vec<Option<Peer>>,
+    virt_addr: bool,
+    ordered: bool,
+    max_chunk: usize,
+    inject_size: usize,
+    native: NativeAmo,
+    counters: Counters,
+    tracks: Mutex<HashMap<u64, Track>>,
+    next_id: AtomicU64,
+    bounce_bytes: AtomicU64,
+    wakes: Mutex<VecDeque<(PeId, Spans)>>,
+    rx: Vec<*mut RxCtx>,
+    base: *mut u8,
+    heap_size: usize,
+    link: Duration,
+    stopping: AtomicBool,
+    sread: bool,
+    /// The provider moves data on its own threads (`FI_PROGRESS_AUTO`): a
+    /// posted operation may still be queued inside this process on return.
+    auto_progress: bool,
+    info: String,
+}
+
+// SAFETY: the raw libfabric objects are opened with FI_THREAD_SAFE, so any
+// thread may call into them; the other raw pointers are the heap (mapped
+// for the engine's life) and receive contexts owned by the engine.
+unsafe impl Send for Inner {}
+// SAFETY: as above.
+unsafe impl Sync for Inner {}
+
+impl Inner {
+    fn peer(&self, pe: PeId) -> Result<&Peer> {
+        let p = self
+            .peers
+            .get(pe)
+            .and_then(|p| p.as_ref())
+            .ok_or_else(|| err(format!("PE {pe} is not reached by the libfabric provider")))?;
+        if let Some(why) = p.failed.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Err(Error::PeerExited { pe, detail: why });
+        }
+        Ok(p)
+    }
+
+    fn lock_tracks(&self) -> MutexGuard<'_, HashMap<u64, Track>> {
+        self.tracks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn remote(&self, p: &Peer, off: usize) -> u64 {
+        if self.virt_addr {
+            p.base + off as u64
+        } else {
+            off as u64
+        }
+    }
+
+    fn fail_peer(&self, pe: PeId, why: &str) {
+        if let Some(Some(p)) = self.peers.get(pe) {
+            let mut f = p.failed.lock().unwrap_or_else(|e| e.into_inner());
+            if f.is_none() {
+                if !self.stopping.load(Ordering::SeqCst) {
+                    shmem_log!(Debug, "ROCE/ofi: {why}");
+                }
+                *f = Some(why.to_string());
+            }
+        }
+    }
+
+    /// Registers a new operation; returns its boxed context.
+    fn track(&self, track: Track) -> Box<OpCtx> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.lock_tracks().insert(id, track);
+        self.counters.issued.fetch_add(1, Ordering::AcqRel);
+        Box::new(OpCtx {
+            fictx: fi_context2::default(),
+            kind: KIND_TX,
+            id,
+            operand: 0,
+            compare: 0,
+            result: 0,
+            bounce: Vec::new(),
+        })
+    }
+
+    /// Finishes operation `id` (if the watchdog did not already).
+    fn finish(&self, id: u64, result: u64, error: Option<String>) {
+        let Some(t) = self.lock_tracks().remove(&id) else {
+            return;
+        };
+        if t.bounce > 0 {
+            self.bounce_bytes
+                .fetch_sub(t.bounce as u64, Ordering::AcqRel);
+        }
+        if let Some(Some(p)) = self.peers.get(t.pe) {
+            *p.heard.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        }
+        match error {
+            None => {
+                if let Some(o) = &t.out {
+                    o.store(result, Ordering::Release);
+                }
+                if let Some(w) = t.wake {
+                    self.wakes
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push_back((t.pe, w));
+                }
+                t.done.finish_part(Ok(()));
+                self.counters.complete(None);
+            }
+            Some(e) => {
+                let why = if e.contains(&format!("PE {} ", t.pe)) {
+                    e
+                } else {
+                    format!("operation to PE {} failed: {e}", t.pe)
+                };
+                self.fail_peer(t.pe, &why);
+                t.done.finish_part(Err(Error::PeerExited {
+                    pe: t.pe,
+                    detail: why.clone(),
+                }));
+                self.counters.complete(Some(&why));
+            }
+        }
+    }
+
+    /// Un-registers an operation whose post failed.
+    fn unpost(&self, ctx: *mut OpCtx, why: &str) {
+        // SAFETY: the provider refused the context: it is ours again.
+        let ctx = unsafe { Box::from_raw(ctx) };
+        self.finish(ctx.id, 0, Some(why.to_string()));
+    }
+
+    /// Reads up to a batch of completions; returns how many were handled.
+    fn poll_cq(&self, block: Option<c_int>) -> usize {
+        let mut entries = [ptr::null_mut::<c_void>(); 16];
+        let cq = self.raw.cq;
+        // SAFETY: `cq` is open for the engine's life; `entries` has room for 16
+        // fi_cq_entry (one pointer each).
+        let n = unsafe {
+            match block {
+                Some(ms) if self.sread => ((*(*cq).ops).sread)(
+                    cq,
+                    entries.as_mut_ptr().cast(),
+                    entries.len(),
+                    ptr::null(),
+                    ms,
+                ),
+                _ => ((*(*cq).ops).read)(cq, entries.as_mut_ptr().cast(), entries.len()),
+            }
+        };
+        if n > 0 {
+            for &c in &entries[..n as usize] {
+                self.complete_ctx(c, None);
+            }
+            return n as usize;
+        }
+        if n == -(FI_EAVAIL as isize) {
+            // SAFETY: zeroed is a valid fi_cq_err_entry to be filled in.
+            let mut e: fi_cq_err_entry = unsafe { std::mem::zeroed() };
+            // SAFETY: valid CQ and entry.
+            let r = unsafe { ((*(*cq).ops).readerr)(cq, &mut e, 0) };
+            if r > 0 {
+                // SAFETY: valid CQ; err_data is valid until the next read.
+                let msg = unsafe {
+                    let mut buf = [0 as std::ffi::c_char; 256];
+                    let s = ((*(*cq).ops).strerror)(
+                        cq,
+                        e.prov_errno,
+                        e.err_data,
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                    );
+                    format!("{} ({})", self.api.error(e.err as isize), cstr(s))
+                };
+                self.complete_ctx(e.op_context, Some(msg));
+                return 1;
+            }
+        }
+        0
+    }
+
+    fn complete_ctx(&self, c: *mut c_void, error: Option<String>) {
+        if c.is_null() {
+            return;
+        }
+        // SAFETY: every context we post starts with fi_context2 followed by `kind`.
+        let kind = unsafe { (*(c as *const OpCtx)).kind };
+        if kind == KIND_RX {
+            let rx = c as *mut RxCtx;
+            if error.is_none() {
+                // SAFETY: an RxCtx owned by the engine, its buffer now filled.
+                unsafe { self.on_wake(&(*rx).buf) };
+            }
+            if !self.stopping.load(Ordering::SeqCst) {
+                self.post_rx(rx);
+            }
+            return;
+        }
+        // SAFETY: a TX context boxed by `track` and handed to the provider,
+        // which returns it exactly once.
+        let ctx = unsafe { Box::from_raw(c as *mut OpCtx) };
+        self.finish(ctx.id, ctx.result, error);
+    }
+
+    /// Handles a wake message: rings this PE's waiters on the spans.
+    ///
+    /// # Safety
+    /// `self.base` is this PE's heap.
+    unsafe fn on_wake(&self, b: &[u8; 64]) {
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        if w(0) != WAKE_MAGIC {
+            return;
+        }
+        let mut spans = [Span::bytes(0, 0); 2];
+        for (k, s) in spans.iter_mut().enumerate() {
+            let (off, len) = (w(1 + 2 * k), w(2 + 2 * k));
+            if off
+                .checked_add(len)
+                .is_some_and(|e| e <= self.heap_size as u64)
+            {
+                *s = Span::bytes(off as usize, len as usize);
+            }
+        }
+        // SAFETY: our heap starts with its control block.
+        unsafe { ring(self.base as *const ControlBlock, &spans) };
+    }
+
+    fn post_rx(&self, rx: *mut RxCtx) {
+        let ep = self.raw.ep;
+        for _ in 0..1000 {
+            // SAFETY: open endpoint; the buffer lives in an RxCtx the engine owns
+            // until the endpoint is closed.
+            let r = unsafe {
+                ((*(*ep).msg).recv)(
+                    ep,
+                    (*rx).buf.as_mut_ptr().cast(),
+                    64,
+                    ptr::null_mut(),
+                    u64::MAX,
+                    rx.cast(),
+                )
+            };
+            if r != -(FI_EAGAIN as isize) {
+                return;
+            }
+            self.poll_cq(None);
+        }
+    }
+
+    /// Sends the queued wake messages (best effort: a wake is a hint).
+    fn flush_wakes(&self) {
+        loop {
+            let next = self
+                .wakes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
+            let Some((pe, spans)) = next else { return };
+            let Ok(p) = self.peer(pe) else { continue };
+            let mut m = [0u8; WAKE_LEN];
+            let words = [WAKE_MAGIC, spans[0].0, spans[0].1, spans[1].0, spans[1].1];
+            for (i, v) in words.iter().enumerate() {
+                m[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+            }
+            let ep = self.raw.ep;
+            for _ in 0..100 {
+                // SAFETY: open endpoint; inject copies the 40 bytes before returning.
+                let r = unsafe { ((*(*ep).msg).inject)(ep, m.as_ptr().cast(), WAKE_LEN, p.addr) };
+                if r != -(FI_EAGAIN as isize) {
+                    break;
+                }
+                self.poll_cq(None);
+            }
+        }
+    }
+
+    /// Fails operations whose peer has been silent for the link timeout.
+    fn watchdog(&self) {
+        let now = Instant::now();
+        let stale: Vec<(u64, PeId)> = {
+            let t = self.lock_tracks();
+            t.iter()
+                .filter(|(_, t)| {
+                    self.peers
+                        .get(t.pe)
+                        .and_then(|p| p.as_ref())
+                        .is_some_and(|p| {
+                            let heard = *p.heard.lock().unwrap_or_else(|e| e.into_inner());
+                            now.duration_since(heard.max(t.posted)) >= self.link
+                        })
+                })
+                .map(|(id, t)| (*id, t.pe))
+                .collect()
+        };
+        for (id, pe) in stale {
+            let why = format!(
+                "PE {pe} did not answer for {:.1} s (link cut, stopped or wedged; SHMEM_LINK_TIMEOUT)",
+                self.link.as_secs_f64()
+            );
+            self.fail_peer(pe, &why);
+            self.finish(id, 0, Some(why));
+        }
+    }
+
+    /// Waits for `done`, driving progress meanwhile: polls the completion
+    /// queue, yielding the core between polls, then sleeping briefly (some
+    /// providers do not wake a thread blocked in `fi_cq_sread` promptly, so
+    /// the waiting thread keeps polling; the watchdog ends the wait).
+    fn wait(&self, done: &Completion) -> Result<()> {
+        let start = Instant::now();
+        while !done.is_done() {
+            if self.poll_cq(None) > 0 {
+                continue;
+            }
+            let t = start.elapsed();
+            if t < Duration::from_micros(200) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(if t < Duration::from_millis(10) {
+                    20
+                } else {
+                    200
+                }));
+            }
+        }
+        self.flush_wakes();
+        done.wait()
+    }
+
+    /// Posts with retries while the provider asks for progress (`-FI_EAGAIN`),
+    /// for at most the link timeout.
+    fn post(&self, pe: PeId, mut f: impl FnMut() -> isize) -> std::result::Result<(), String> {
+        let start = Instant::now();
+        loop {
+            let r = f();
+            if r == 0 {
+                return Ok(());
+            }
+            if r != -(FI_EAGAIN as isize) {
+                return Err(format!("posting to PE {pe} failed: {}", self.api.error(r)));
+            }
+            if start.elapsed() >= self.link {
+                return Err(format!(
+                    "PE {pe}: the provider accepted no new operation for {:.1} s (SHMEM_LINK_TIMEOUT)",
+                    self.link.as_secs_f64()
+                ));
+            }
+            if self.poll_cq(None) == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// The engine.
+pub struct Ofi {
+    inner: Arc<Inner>,
+    reach: Vec<bool>,
+    progress: Mutex<Option<JoinHandle<()>>>,
+    _heap: Arc<dyn shmem_core::Heap>,
+}
+
+impl std::fmt::Debug for Ofi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ofi")
+            .field("my_pe", &self.inner.my_pe)
+            .field("info", &self.inner.info)
+            .finish()
+    }
+}
+
+fn check(api: &Api, what: &str, rc: c_int) -> Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(err(format!("{what} failed: {}", api.error(rc as isize))))
+    }
+}
+
+fn close(f: *mut fid) {
+    if !f.is_null() {
+        // SAFETY: an open libfabric object, closed once.
+        unsafe { ((*(*f).ops).close)(f) };
+    }
+}
+
+impl Raw {
+    fn close_all(&mut self) {
+        close(self.ep.cast());
+        close(self.mr.cast());
+        close(self.av.cast());
+        close(self.cq.cast());
+        close(self.domain.cast());
+        close(self.fabric.cast());
+        *self = Raw::null();
+    }
+    fn null() -> Raw {
+        Raw {
+            fabric: ptr::null_mut(),
+            domain: ptr::null_mut(),
+            ep: ptr::null_mut(),
+            av: ptr::null_mut(),
+            cq: ptr::null_mut(),
+            mr: ptr::null_mut(),
+        }
+    }
+}
+
+struct Opened {
+    raw: Raw,
+    provider: String,
+    fabric: String,
+    domain: String,
+    mr_mode: c_int,
+    ordered: bool,
+    max_chunk: usize,
+    inject_size: usize,
+    progress: c_int,
+    native: NativeAmo,
+    sread: bool,
+    addr: Vec<u8>,
+}
+
+/// Opens fabric, domain, CQ, AV, endpoint and the heap's MR.
+fn open(api: &Api, info: *mut fi_info, base: *mut u8, size: usize) -> Result<Opened> {
+    let mut raw = Raw::null();
+    let r = (|| -> Result<Opened> {
+        // SAFETY: `info` is a node of a live fi_getinfo list; every object
+        // is opened through the ops tables of its parent, with out-pointers
+        // to fields of `raw`.
+        unsafe {
+            let i = &*info;
+            let fa = &*i.fabric_attr;
+            let da = &*i.domain_attr;
+            let ea = &*i.ep_attr;
+            let ta = &*i.tx_attr;
+            let provider = cstr(fa.prov_name);
+            check(
+                api,
+                "fi_fabric",
+                (api.fabric)(i.fabric_attr, &mut raw.fabric, ptr::null_mut()),
+            )?;
+            check(
+                api,
+                "fi_domain",
+                ((*(*raw.fabric).ops).domain)(raw.fabric, info, &mut raw.domain, ptr::null_mut()),
+            )?;
+            let mut cq_attr = fi_cq_attr {
+                size: 0,
+                flags: 0,
+                format: FI_CQ_FORMAT_CONTEXT,
+                wait_obj: FI_WAIT_UNSPEC,
+                signaling_vector: 0,
+                wait_cond: FI_CQ_COND_NONE,
+                wait_set: ptr::null_mut(),
+            };
+            let mut sread = true;
+            if ((*(*raw.domain).ops).cq_open)(
+                raw.domain,
+                &mut cq_attr,
+                &mut raw.cq,
+                ptr::null_mut(),
+            ) != 0
+            {
+                cq_attr.wait_obj = FI_WAIT_NONE;
+                sread = false;
+                check(
+                    api,
+                    "fi_cq_open",
+                    ((*(*raw.domain).ops).cq_open)(
+                        raw.domain,
+                        &mut cq_attr,
+                        &mut raw.cq,
+                        ptr::null_mut(),
+                    ),
+                )?;
+            }
+            let mut av_attr = fi_av_attr {
+                type_: if da.av_type == FI_AV_MAP {
+                    FI_AV_MAP
+                } else {
+                    FI_AV_TABLE
+                },
+                rx_ctx_bits: 0,
+                count: 0,
+                ep_per_node: 0,
+                name: ptr::null(),
+                map_addr: ptr::null_mut(),
+                flags: 0,
+            };
+            check(
+                api,
+                "fi_av_open",
+                ((*(*raw.domain).ops).av_open)(
+                    raw.domain,
+                    &mut av_attr,
+                    &mut raw.av,
+                    ptr::null_mut(),
+                ),
+            )?;
+            check(
+                api,
+                "fi_endpoint",
+                ((*(*raw.domain).ops).endpoint)(raw.domain, info, &mut raw.ep, ptr::null_mut()),
+            )?;
+            let ep_fid = raw.ep.cast::<fid>();
+            let bind = (*(*ep_fid).ops).bind;
+            check(
+                api,
+                "fi_ep_bind(cq)",
+                bind(ep_fid, raw.cq.cast(), FI_TRANSMIT | FI_RECV),
+            )?;
+            check(api, "fi_ep_bind(av)", bind(ep_fid, raw.av.cast(), 0))?;
+            check(
+                api,
+                "fi_enable",
+                ((*(*ep_fid).ops).control)(ep_fid, FI_ENABLE, ptr::null_mut()),
+            )?;
+            let mr_mode = da.mr_mode;
+            check(
+                api,
+                "fi_mr_reg(symmetric heap)",
+                ((*(*raw.domain).mr).reg)(
+                    raw.domain.cast(),
+                    base as *const c_void,
+                    size,
+                    FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE,
+                    0,
+                    1,
+                    0,
+                    &mut raw.mr,
+                    ptr::null_mut(),
+                ),
+            )?;
+            if mr_mode & FI_MR_ENDPOINT != 0 {
+                let mr_fid = raw.mr.cast::<fid>();
+                check(
+                    api,
+                    "fi_mr_bind",
+                    ((*(*mr_fid).ops).bind)(mr_fid, ep_fid, 0),
+                )?;
+                check(
+                    api,
+                    "fi_mr_enable",
+                    ((*(*mr_fid).ops).control)(mr_fid, FI_ENABLE, ptr::null_mut()),
+                )?;
+            }
+            let mut addr = vec![0u8; 256];
+            let mut len = addr.len();
+            let getname = (*(*raw.ep).cm).getname;
+            let mut rc = getname(ep_fid, addr.as_mut_ptr().cast(), &mut len);
+            if rc != 0 && len > addr.len() {
+                addr.resize(len, 0);
+                rc = getname(ep_fid, addr.as_mut_ptr().cast(), &mut len);
+            }
+            check(api, "fi_getname", rc)?;
+            addr.truncate(len);
+            let q = |dt: c_int, op: c_int, flags: u64| {
+                // SAFETY: open domain; attr is written by the provider.
+                let mut a = fi_atomic_attr { count: 0, size: 0 };
+                ((*(*raw.domain).ops).query_atomic)(raw.domain, dt, op, &mut a, flags) == 0
+                    && a.count >= 1
+            };
+            let both = |op: c_int, flags: u64| [q(FI_UINT32, op, flags), q(FI_UINT64, op, flags)];
+            let fetch = 1u64 << 58;
+            let compare = 1u64 << 59;
+            let native = NativeAmo {
+                read: both(FI_ATOMIC_READ, fetch),
+                write: both(FI_ATOMIC_WRITE, fetch),
+                sum: both(FI_SUM, fetch),
+                band: both(FI_BAND, fetch),
+                bor: both(FI_BOR, fetch),
+                bxor: both(FI_BXOR, fetch),
+                cswap: both(FI_CSWAP, compare),
+                signal_set: q(FI_UINT64, FI_ATOMIC_WRITE, 0),
+                signal_add: q(FI_UINT64, FI_SUM, 0),
+                byte_write_max: {
+                    let mut a = fi_atomic_attr { count: 0, size: 0 };
+                    let rc = ((*(*raw.domain).ops).query_atomic)(
+                        raw.domain,
+                        FI_UINT8,
+                        FI_ATOMIC_WRITE,
+                        &mut a,
+                        0,
+                    );
+                    if rc == 0 && a.size == 1 && ta.msg_order & FI_ORDER_ATOMIC_WAW != 0 {
+                        a.count.min(4096)
+                    } else {
+                        0
+                    }
+                },
+            };
+            if !native.cswap[0] || !native.cswap[1] {
+                return Err(err(format!(
+                    "provider {provider} has no 32- and 64-bit compare-and-swap (fi_query_atomic)"
+                )));
+            }
+            Ok(Opened {
+                provider,
+                fabric: cstr(fa.name),
+                domain: cstr(da.name),
+                mr_mode,
+                ordered: ta.msg_order & FI_ORDER_WAW != 0,
+                max_chunk: ea.max_msg_size.clamp(4096, MAX_CHUNK),
+                inject_size: ta.inject_size,
+                progress: da.data_progress,
+                native,
+                sread,
+                addr,
+                raw: Raw::null(),
+            })
+        }
+    })();
+    match r {
+        Ok(mut o) => {
+            o.raw = raw;
+            Ok(o)
+        }
+        Err(e) => {
+            raw.close_all();
+            Err(e)
+        }
+    }
+}
+
+impl Ofi {
+    /// Builds the engine (collective): opens the provider, registers the
+    /// heap, exchanges addresses and keys in one allgather, fills the
+    /// address vector and starts the progress thread.
+    ///
+    /// # Errors
+    /// libfabric missing or without a usable provider, or any setup call
+    /// failing (the message names the call and the provider's reason).
+    pub fn create(init: &TransportInit<'_>, reach: Vec<bool>) -> Result<Ofi> {
+        let bs = init.bootstrap;
+        let (me, n) = (bs.rank(), bs.size());
+        let heap = init.heap.clone();
+        let base = heap.base().as_ptr();
+        let heap_size = heap.size();
+        let unavailable = |reason: String| Error::EngineUnavailable {
+            requested: "ROCE (SHMEM_ROCE_PROVIDER=ofi)".into(),
+            reason,
+            available: shmem_core::transport::registered_names(),
+        };
+        let api = Api::load().map_err(unavailable)?;
+        let node = bs.local_ip();
+        let opened = {
+            let list = getinfo(&api, node).map_err(unavailable)?;
+            let info = pick(&list).map_err(unavailable)?;
+            open(&api, info, base, heap_size)?
+        };
+        let mut raw = opened.raw;
+        let card = PeerCard {
+            provider: opened.provider.clone(),
+            addr: opened.addr.clone(),
+            // SAFETY: an open MR (fi_mr_key reads this field).
+            key: unsafe { (*raw.mr).key },
+            base: base as u64,
+            size: heap_size as u64,
+        };
+        let setup = || -> Result<Vec<Option<Peer>>> {
+            let bytes = postcard::to_stdvec(&card)
+                .map_err(|e| err(format!("encoding the endpoint card: {e}")))?;
+            let all = bs.allgather(&bytes)?;
+            let mut cards = Vec::with_capacity(n);
+            for (pe, b) in all.iter().enumerate() {
+                let c: PeerCard = postcard::from_bytes(b)
+                    .map_err(|e| err(format!("PE {pe} sent a bad endpoint card: {e}")))?;
+                if c.provider != card.provider {
+                    return Err(err(format!(
+                        "PE {pe} uses libfabric provider {:?}, this PE {:?} (set FI_PROVIDER alike on every node)",
+                        c.provider, card.provider
+                    )));
+                }
+                if c.size != card.size {
+                    return Err(err(format!(
+                        "PE {pe} registered {} bytes, ours is {heap_size}",
+                        c.size
+                    )));
+                }
+                cards.push(c);
+            }
+            let mut addrs = vec![u64::MAX; n];
+            for (pe, c) in cards.iter().enumerate() {
+                // SAFETY: open AV; the address bytes are the peer's fi_getname
+                // output; one fi_addr_t is written.
+                let rc = unsafe {
+                    ((*(*raw.av).ops).insert)(
+                        raw.av,
+                        c.addr.as_ptr().cast(),
+                        1,
+                        &mut addrs[pe],
+                        0,
+                        ptr::null_mut(),
+                    )
+                };
+                if rc != 1 {
+                    return Err(err(format!(
+                        "fi_av_insert of PE {pe}'s address failed: {}",
+                        api.error(rc as isize)
+                    )));
+                }
+            }
+            Ok((0..n)
+                .map(|pe| {
+                    (reach[pe] || pe == me).then(|| Peer {
+                        addr: addrs[pe],
+                        base: cards[pe].base,
+                        key: cards[pe].key,
+                        failed: Mutex::new(None),
+                        heard: Mutex::new(Instant::now()),
+                    })
+                })
+                .collect())
+        };
+        let peers = match setup() {
+            Ok(p) => p,
+            Err(e) => {
+                raw.close_all();
+                return Err(e);
+            }
+        };
+        let info = format!(
+            "provider {}, fabric {}, domain {}, MR mode {}, {} progress, {}, max transfer {} B, inject {} B",
+            opened.provider,
+            opened.fabric,
+            opened.domain,
+            mr_mode_names(opened.mr_mode),
+            if opened.progress == FI_PROGRESS_MANUAL { "manual" } else { "auto" },
+            if opened.ordered {
+                "writes ordered (FI_ORDER_WAW)".to_string()
+            } else if opened.native.byte_write_max > 0 {
+                format!(
+                    "writes unordered (put-with-signal data up to {} B as ordered byte atomics, larger waits for delivery)",
+                    opened.native.byte_write_max
+                )
+            } else {
+                "writes unordered (signals wait for delivery)".to_string()
+            },
+            opened.max_chunk,
+            opened.inject_size
+        );
+        let rx: Vec<*mut RxCtx> = (0..RX_BUFFERS)
+            .map(|_| {
+                Box::into_raw(Box::new(RxCtx {
+                    fictx: fi_context2::default(),
+                    kind: KIND_RX,
+                    buf: [0; 64],
+                }))
+            })
+            .collect();
+        let inner = Arc::new(Inner {
+            api,
+            raw,
+            my_pe: me,
+            peers,
+            virt_addr: opened.mr_mode & FI_MR_VIRT_ADDR != 0,
+            ordered: opened.ordered,
+            max_chunk: opened.max_chunk,
+            inject_size: opened.inject_size,
+            native: opened.native,
+            counters: Counters::default(),
+            tracks: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            bounce_bytes: AtomicU64::new(0),
+            wakes: Mutex::new(VecDeque::new()),
+            rx,
+            base,
+            heap_size,
+            link: init.config.link_timeout.max(Duration::from_millis(100)),
+            stopping: AtomicBool::new(false),
+            sread: opened.sread,
+            auto_progress: opened.progress == FI_PROGRESS_AUTO,
+            info,
+        });
+        for &r in &inner.rx {
+            inner.post_rx(r);
+        }
+        let inner2 = inner.clone();
+        let progress = std::thread::Builder::new()
+            .name("shmem-roce-ofi".into())
+            .spawn(move || {
+                let i = inner2;
+                let mut last_dog = Instant::now();
+                let mut active = Instant::now();
+                while !i.stopping.load(Ordering::SeqCst) {
+                    // Within HOT of the last completion the thread polls and
+                    // yields the core between polls (traffic comes in
+                    // bursts, and waking from fi_cq_sread costs tens of us
+                    // per message); then it blocks in fi_cq_sread.
+                    // Auto-progress providers complete operations on their
+                    // own threads, and some of them (sockets) do not wake a
+                    // blocked fi_cq_sread promptly: they are polled every
+                    // 100 us when idle.
+                    let hot = active.elapsed() < HOT;
+                    let block = (!i.auto_progress && !hot).then_some(20);
+                    if i.poll_cq(block) > 0 {
+                        active = Instant::now();
+                    } else if hot {
+                        std::thread::yield_now();
+                    } else if !i.sread || i.auto_progress {
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                    i.flush_wakes();
+                    if last_dog.elapsed() >= Duration::from_millis(50) {
+                        last_dog = Instant::now();
+                        i.watchdog();
+                    }
+                }
+            })
+            .map_err(|e| Error::os("spawning the libfabric progress thread", e))?;
+        let engine = Ofi {
+            inner,
+            reach,
+            progress: Mutex::new(Some(progress)),
+            _heap: heap,
+        };
+        // Every PE's receive buffers are posted before anyone sends a wake.
+        bs.barrier()?;
+        // Connect to every peer now (connection-based providers such as
+        // ofi_rxm connect on first use and hold the first operations back
+        // until then, which a PE that exits right after them would lose).
+        engine.connect_all()?;
+        bs.barrier()?;
+        shmem_log!(Info, "ROCE: libfabric {}", engine.inner.info);
+        if init.config.info && me == 0 {
+            eprintln!("shmem ROCE engine: libfabric {}", engine.inner.info);
+        }
+        Ok(engine)
+    }
+
+    /// Sends one empty wake message to every reachable peer and waits until
+    /// all are delivered.
+    fn connect_all(&self) -> Result<()> {
+        let i = &*self.inner;
+        let n = i.peers.len();
+        let peers: Vec<PeId> = (0..n)
+            .filter(|&pe| pe != i.my_pe && self.can_reach(pe))
+            .collect();
+        if peers.is_empty() {
+            return Ok(());
+        }
+        let done = Completion::pending(peers.len());
+        for &pe in &peers {
+            let p = i.peer(pe)?;
+            let mut ctx = i.track(Track {
+                pe,
+                done: done.clone(),
+                out: None,
+                bounce: 0,
+                wake: None,
+                posted: Instant::now(),
+            });
+            let mut m = vec![0u8; WAKE_LEN];
+            m[..8].copy_from_slice(&WAKE_MAGIC.to_le_bytes());
+            ctx.bounce = m;
+            let buf = ctx.bounce.as_ptr();
+            let raw_ctx = Box::into_raw(ctx);
+            let ep = i.raw.ep;
+            let r = i.post(pe, || {
+                // SAFETY: open endpoint; the message lives in the context
+                // until its completion.
+                unsafe {
+                    ((*(*ep).msg).send)(
+                        ep,
+                        buf.cast(),
+                        WAKE_LEN,
+                        ptr::null_mut(),
+                        p.addr,
+                        raw_ctx.cast(),
+                    )
+                }
+            });
+            if let Err(why) = r {
+                i.unpost(raw_ctx, &why);
+                let _ = i.wait(&done);
+                return Err(Error::PeerExited { pe, detail: why });
+            }
+        }
+        i.wait(&done)
+    }
+
+    /// One line describing the provider in use (as `SHMEM_INFO` prints it).
+    pub fn describe(&self) -> &str {
+        &self.inner.info
+    }
+
+    /// Posts `len` bytes as chunked writes (`bounce`: copy the source first
+    /// so that it is reusable on return) or reads; the last chunk wakes the
+    /// target for `wake` when given.
+    #[allow(clippy::too_many_arguments)]
+    fn post_rma(
+        &self,
+        pe: PeId,
+        write: bool,
+        off: usize,
+        ptr: *mut u8,
+        len: usize,
+        bounce: bool,
+        wake: Option<Spans>,
+    ) -> Result<Completion> {
+        let i = &*self.inner;
+        let p = i.peer(pe)?;
+        let chunk = i.max_chunk;
+        let parts = len.div_ceil(chunk).max(1);
+        let done = Completion::pending(parts);
+        for k in 0..parts {
+            let o = k * chunk;
+            let n = chunk.min(len - o);
+            let copy = bounce && n > i.inject_size;
+            if copy {
+                while i.bounce_bytes.load(Ordering::Acquire) as usize + n > BOUNCE_LIMIT
+                    && i.bounce_bytes.load(Ordering::Acquire) > 0
+                {
+                    if i.poll_cq(None) == 0 {
+                        std::thread::yield_now();
+                    }
+                    i.peer(pe)?;
+                }
+                i.bounce_bytes.fetch_add(n as u64, Ordering::AcqRel);
+            }
+            let mut ctx = i.track(Track {
+                pe,
+                done: done.clone(),
+                out: None,
+                bounce: if copy { n } else { 0 },
+                wake: if k + 1 == parts { wake } else { None },
+                posted: Instant::now(),
+            });
+            // SAFETY: the caller keeps `ptr` valid for `len` bytes as the
+            // operation requires (until return when bouncing or injecting).
+            let mut src = unsafe { ptr.add(o) };
+            if copy {
+                // SAFETY: as above.
+                ctx.bounce = unsafe { std::slice::from_raw_parts(src, n) }.to_vec();
+                src = ctx.bounce.as_mut_ptr();
+            }
+            let remote = i.remote(p, off + o);
+            let ep = i.raw.ep;
+            let raw_ctx = Box::into_raw(ctx);
+            let inject = write && bounce && n <= i.inject_size;
+            // Delivery completion: `quiet` (which waits for these
+            // completions) promises the data is in the target's memory,
+            // which a provider's default completion (data sent) does not.
+            let flags = FI_COMPLETION | FI_DELIVERY_COMPLETE | if inject { 1 << 25 } else { 0 }; // FI_INJECT
+            let r = i.post(pe, || {
+                // SAFETY: open endpoint; `src` valid for `n` bytes (see above);
+                // the context lives until its completion.
+                unsafe {
+                    if write {
+                        let iov = iovec {
+                            iov_base: src.cast(),
+                            iov_len: n,
+                        };
+                        let rma = fi_rma_iov {
+                            addr: remote,
+                            len: n,
+                            key: p.key,
+                        };
+                        let mut desc: *mut c_void = ptr::null_mut();
+                        let msg = fi_msg_rma {
+                            msg_iov: &iov,
+                            desc: &mut desc,
+                            iov_count: 1,
+                            addr: p.addr,
+                            rma_iov: &rma,
+                            rma_iov_count: 1,
+                            context: raw_ctx.cast(),
+                            data: 0,
+                        };
+                        ((*(*ep).rma).writemsg)(ep, &msg, flags)
+                    } else {
+                        ((*(*ep).rma).read)(
+                            ep,
+                            src.cast(),
+                            n,
+                            ptr::null_mut(),
+                            p.addr,
+                            remote,
+                            p.key,
+                            raw_ctx.cast(),
+                        )
+                    }
+                }
+            });
+            if let Err(why) = r {
+                i.unpost(raw_ctx, &why);
+                for _ in k + 1..parts {
+                    done.finish_part(Err(err("not posted after an earlier failure")));
+                }
+                let _ = i.wait(&done);
+                return Err(Error::PeerExited { pe, detail: why });
+            }
+        }
+        Ok(done)
+    }
+
+    /// Posts one atomic; `fetch` gives the previous value through `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn post_atomic(
+        &self,
+        pe: PeId,
+        off: usize,
+        width: AmoWidth,
+        op: c_int,
+        operand: u64,
+        compare: Option<u64>,
+        fetch: bool,
+        wake: Option<Spans>,
+    ) -> Result<(Completion, Arc<AtomicU64>)> {
+        let i = &*self.inner;
+        let p = i.peer(pe)?;
+        let done = Completion::pending(1);
+        let out = Arc::new(AtomicU64::new(0));
+        let mut ctx = i.track(Track {
+            pe,
+            done: done.clone(),
+            out: Some(out.clone()),
+            bounce: 0,
+            wake,
+            posted: Instant::now(),
+        });
+        ctx.operand = operand;
+        ctx.compare = compare.unwrap_or(0);
+        let dt = match width {
+            AmoWidth::W32 => FI_UINT32,
+            AmoWidth::W64 => FI_UINT64,
+        };
+        let remote = i.remote(p, off);
+        let ep = i.raw.ep;
+        let raw_ctx = Box::into_raw(ctx);
+        // The operands and result live in the context (valid until its
+        // completion); a 32-bit operand is the low half of the u64 on a
+        // little-endian host, which is the only kind this engine builds for.
+        // SAFETY: `raw_ctx` is a live box.
+        let (opnd, cmp, res) = unsafe {
+            (
+                ptr::addr_of_mut!((*raw_ctx).operand).cast::<c_void>(),
+                ptr::addr_of_mut!((*raw_ctx).compare).cast::<c_void>(),
+                ptr::addr_of_mut!((*raw_ctx).result).cast::<c_void>(),
+            )
+        };
+        let r = i.post(pe, || {
+            // SAFETY: open endpoint; operand/compare/result point into the
+            // context, which lives until its completion.
+            unsafe {
+                let a = &*(*ep).atomic;
+                match (compare, fetch) {
+                    (Some(_), _) => (a.compwrite)(
+                        ep,
+                        opnd,
+                        1,
+                        ptr::null_mut(),
+                        cmp,
+                        ptr::null_mut(),
+                        res,
+                        ptr::null_mut(),
+                        p.addr,
+                        remote,
+                        p.key,
+                        dt,
+                        op,
+                        raw_ctx.cast(),
+                    ),
+                    (None, true) => (a.readwrite)(
+                        ep,
+                        opnd,
+                        1,
+                        ptr::null_mut(),
+                        res,
+                        ptr::null_mut(),
+                        p.addr,
+                        remote,
+                        p.key,
+                        dt,
+                        op,
+                        raw_ctx.cast(),
+                    ),
+                    (None, false) => {
+                        // Delivery completion, as for writes.
+                        let ioc = fi_ioc {
+                            addr: opnd,
+                            count: 1,
+                        };
+                        let rma = fi_rma_ioc {
+                            addr: remote,
+                            count: 1,
+                            key: p.key,
+                        };
+                        let mut desc: *mut c_void = ptr::null_mut();
+                        let msg = fi_msg_atomic {
+                            msg_iov: &ioc,
+                            desc: &mut desc,
+                            iov_count: 1,
+                            addr: p.addr,
+                            rma_iov: &rma,
+                            rma_iov_count: 1,
+                            datatype: dt,
+                            op,
+                            context: raw_ctx.cast(),
+                            data: 0,
+                        };
+                        (a.writemsg)(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
+                    }
+                }
+            }
+        });
+        if let Err(why) = r {
+            i.unpost(raw_ctx, &why);
+            return Err(Error::PeerExited { pe, detail: why });
+        }
+        Ok((done, out))
+    }
+
+    /// Posts `data` as an `FI_ATOMIC_WRITE` of bytes (copied first; at most
+    /// [`NativeAmo::byte_write_max`] bytes) with delivery completion.
+    fn post_atomic_bytes(&self, pe: PeId, off: usize, data: &[u8]) -> Result<Completion> {
+        let i = &*self.inner;
+        let p = i.peer(pe)?;
+        let done = Completion::pending(1);
+        let mut ctx = i.track(Track {
+            pe,
+            done: done.clone(),
+            out: None,
+            bounce: 0,
+            wake: None,
+            posted: Instant::now(),
+        });
+        ctx.bounce = data.to_vec();
+        let buf = ctx.bounce.as_mut_ptr();
+        let len = data.len();
+        let remote = i.remote(p, off);
+        let ep = i.raw.ep;
+        let raw_ctx = Box::into_raw(ctx);
+        let r = i.post(pe, || {
+            // SAFETY: open endpoint; the bytes live in the context until its
+            // completion.
+            unsafe {
+                let ioc = fi_ioc {
+                    addr: buf.cast(),
+                    count: len,
+                };
+                let rma = fi_rma_ioc {
+                    addr: remote,
+                    count: len,
+                    key: p.key,
+                };
+                let mut desc: *mut c_void = ptr::null_mut();
+                let msg = fi_msg_atomic {
+                    msg_iov: &ioc,
+                    desc: &mut desc,
+                    iov_count: 1,
+                    addr: p.addr,
+                    rma_iov: &rma,
+                    rma_iov_count: 1,
+                    datatype: FI_UINT8,
+                    op: FI_ATOMIC_WRITE,
+                    context: raw_ctx.cast(),
+                    data: 0,
+                };
+                ((*(*ep).atomic).writemsg)(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
+            }
+        });
+        if let Err(why) = r {
+            i.unpost(raw_ctx, &why);
+            return Err(Error::PeerExited { pe, detail: why });
+        }
+        Ok(done)
+    }
+
+    fn fetch_op(&self, pe: PeId, off: usize, width: AmoWidth, op: c_int, v: u64) -> Result<u64> {
+        let (done, out) = self.post_atomic(pe, off, width, op, v, None, true, None)?;
+        self.inner.wait(&done)?;
+        Ok(out.load(Ordering::Acquire) & mask(width))
+    }
+
+    fn cswap(&self, pe: PeId, off: usize, width: AmoWidth, cond: u64, v: u64) -> Result<u64> {
+        let (done, out) = self.post_atomic(pe, off, width, FI_CSWAP, v, Some(cond), true, None)?;
+        self.inner.wait(&done)?;
+        Ok(out.load(Ordering::Acquire) & mask(width))
+    }
+
+    fn wake_after(&self, pe: PeId, spans: Spans) {
+        self.inner
+            .wakes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back((pe, spans));
+        self.inner.flush_wakes();
+    }
+
+    /// Waits for every posted operation (quiet without the error report),
+    /// driving progress all along: a manual-progress provider sends the
+    /// rest of a large write only from inside libfabric calls.
+    fn drain(&self) -> Result<()> {
+        let i = &*self.inner;
+        let c = &i.counters;
+        let target = c.issued.load(Ordering::Acquire);
+        let start = Instant::now();
+        while c.completed.load(Ordering::Acquire) < target {
+            if i.poll_cq(None) > 0 {
+                continue;
+            }
+            let t = start.elapsed();
+            if t < Duration::from_micros(200) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(if t < Duration::from_millis(10) {
+                    20
+                } else {
+                    200
+                }));
+            }
+        }
+        i.flush_wakes();
+        Ok(())
+    }
+}
+
+fn mask(w: AmoWidth) -> u64 {
+    match w {
+        AmoWidth::W32 => u32::MAX as u64,
+        AmoWidth::W64 => u64::MAX,
+    }
+}
+
+fn apply(op: AmoOp, old: u64, w: AmoWidth) -> u64 {
+    let v = match op {
+        AmoOp::Fetch => old,
+        AmoOp::Set(v) | AmoOp::Swap(v) => v,
+        AmoOp::CompareSwap { cond, value } => {
+            if old == cond & mask(w) {
+                value
+            } else {
+                old
+            }
+        }
+        AmoOp::Add(v) => old.wrapping_add(v),
+        AmoOp::And(v) => old & v,
+        AmoOp::Or(v) => old | v,
+        AmoOp::Xor(v) => old ^ v,
+    };
+    v & mask(w)
+}
+
+impl Drop for Ofi {
+    fn drop(&mut self) {
+        let _ = self.drain();
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        if let Some(h) = self
+            .progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = h.join();
+        }
+        // The progress thread is gone; `inner` is ours alone unless a
+        // completion callback still holds it (it does not: they run inline).
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.raw.close_all();
+            for r in inner.rx.drain(..) {
+                // SAFETY: the endpoint is closed, so the provider no longer
+                // holds the receive contexts.
+                drop(unsafe { Box::from_raw(r) });
+            }
+        }
+    }
+}
+
+impl Transport for Ofi {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::RMA | Capabilities::AMO | Capabilities::SIGNAL | Capabilities::ASYNC
+    }
+
+    fn can_reach(&self, pe: PeId) -> bool {
+        self.reach.get(pe).copied().unwrap_or(false)
+    }
+
+    unsafe fn put(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let wake = Some([(dst as u64, len as u64), (0, 0)]);
+        self.post_rma(pe, true, dst, src as *mut u8, len, true, wake)
+            .map(|_| ())
+    }
+
+    unsafe fn get(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let done = self.post_rma(pe, false, src, dst, len, false, None)?;
+        self.inner.wait(&done)
+    }
+
+    unsafe fn put_nbi(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let wake = Some([(dst as u64, len as u64), (0, 0)]);
+        self.post_rma(pe, true, dst, src as *mut u8, len, false, wake)
+            .map(|_| ())
+    }
+
+    unsafe fn get_nbi(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.post_rma(pe, false, src, dst, len, false, None)
+            .map(|_| ())
+    }
+
+    unsafe fn put_async(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Completion> {
+        if len == 0 {
+            return Ok(Completion::done());
+        }
+        let wake = Some([(dst as u64, len as u64), (0, 0)]);
+        self.post_rma(pe, true, dst, src as *mut u8, len, false, wake)
+    }
+
+    unsafe fn get_async(
+        &self,
+        pe: PeId,
+        src: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<Completion> {
+        if len == 0 {
+            return Ok(Completion::done());
+        }
+        self.post_rma(pe, false, src, dst, len, false, None)
+    }
+
+    unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
+        let n = &self.inner.native;
+        let w = usize::from(width == AmoWidth::W64);
+        let m = mask(width);
+        let native = match op {
+            AmoOp::Fetch => n.read[w].then_some((FI_ATOMIC_READ, 0)),
+            AmoOp::Set(v) | AmoOp::Swap(v) => n.write[w].then_some((FI_ATOMIC_WRITE, v & m)),
+            AmoOp::Add(v) => n.sum[w].then_some((FI_SUM, v & m)),
+            AmoOp::And(v) => n.band[w].then_some((FI_BAND, v & m)),
+            AmoOp::Or(v) => n.bor[w].then_some((FI_BOR, v & m)),
+            AmoOp::Xor(v) => n.bxor[w].then_some((FI_BXOR, v & m)),
+            AmoOp::CompareSwap { .. } => None,
+        };
+        let old = if let AmoOp::CompareSwap { cond, value } = op {
+            self.cswap(pe, offset, width, cond & m, value & m)?
+        } else if let Some((code, v)) = native {
+            self.fetch_op(pe, offset, width, code, v)?
+        } else {
+            // Emulated with a compare-and-swap loop (the provider lacks the op).
+            let mut old = self.cswap(pe, offset, width, 0, 0)?;
+            loop {
+                let new = apply(op, old, width);
+                if op == AmoOp::Fetch || new == old {
+                    break old;
+                }
+                let seen = self.cswap(pe, offset, width, old, new)?;
+                if seen == old {
+                    break old;
+                }
+                old = seen;
+            }
+        };
+        if op != AmoOp::Fetch {
+            self.wake_after(pe, [(offset as u64, width.bytes() as u64), (0, 0)]);
+        }
+        Ok(old)
+    }
+
+    unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
+        let n = &self.inner.native;
+        let wake = Some([(sig as u64, 8), (0, 0)]);
+        let (code, native) = match op {
+            SignalOp::Set => (FI_ATOMIC_WRITE, n.signal_set),
+            SignalOp::Add => (FI_SUM, n.signal_add),
+        };
+        if native {
+            let (done, _) =
+                self.post_atomic(pe, sig, AmoWidth::W64, code, value, None, false, wake)?;
+            if self.inner.auto_progress {
+                // The provider's thread may not have sent it yet: a signal
+                // has left this process when the call returns (a PE that
+                // exits right after a barrier must not take it along).
+                self.inner.wait(&done)?;
+            }
+            return Ok(());
+        }
+        let amo = match op {
+            SignalOp::Set => AmoOp::Set(value),
+            SignalOp::Add => AmoOp::Add(value),
+        };
+        // SAFETY: the caller's contract for `sig` (in-heap, aligned word of
+        // `pe`) is the atomic's.
+        unsafe { self.atomic(pe, sig, AmoWidth::W64, amo) }.map(|_| ())
+    }
+
+    unsafe fn put_signal(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        sig: usize,
+        op: SignalOp,
+        value: u64,
+        nbi: bool,
+    ) -> Result<()> {
+        let ordered = self.inner.ordered;
+        let n = &self.inner.native;
+        let signal_native = match op {
+            SignalOp::Set => n.signal_set,
+            SignalOp::Add => n.signal_add,
+        };
+        if len > 0 && !ordered && signal_native && len <= n.byte_write_max {
+            // Small data as a byte-array atomic write: atomics are ordered
+            // after atomics (FI_ORDER_ATOMIC_WAW), so the signal can follow
+            // at once instead of after the data's delivery.
+            // SAFETY: the caller keeps `src` valid for `len` bytes; it is
+            // copied before this returns.
+            let data = unsafe { std::slice::from_raw_parts(src, len) };
+            self.post_atomic_bytes(pe, dst, data)?;
+        } else if len > 0 {
+            let done = self.post_rma(pe, true, dst, src as *mut u8, len, !nbi, None)?;
+            if !ordered {
+                // The signal may only be posted once the data is in place.
+                self.inner.wait(&done)?;
+            }
+        }
+        let wake = Some([(sig as u64, 8), (dst as u64, len as u64)]);
+        let (code, native) = match op {
+            SignalOp::Set => (FI_ATOMIC_WRITE, n.signal_set),
+            SignalOp::Add => (FI_SUM, n.signal_add),
+        };
+        if native {
+            let (done, _) =
+                self.post_atomic(pe, sig, AmoWidth::W64, code, value, None, false, wake)?;
+            if self.inner.auto_progress && !nbi {
+                // As in `signal`.
+                self.inner.wait(&done)?;
+            }
+            return Ok(());
+        }
+        let amo = match op {
+            SignalOp::Set => AmoOp::Set(value),
+            SignalOp::Add => AmoOp::Add(value),
+        };
+        // SAFETY: the caller's contract for `sig` (in-heap, aligned word of
+        // `pe`) is the atomic's.
+        unsafe { self.atomic(pe, sig, AmoWidth::W64, amo) }?;
+        self.wake_after(pe, [(sig as u64, 8), (dst as u64, len as u64)]);
+        Ok(())
+    }
+
+    fn fence(&self) -> Result<()> {
+        if self.inner.ordered {
+            return Ok(());
+        }
+        // Without write-after-write ordering, later operations start only
+        // after the earlier ones completed.
+        self.drain()
+    }
+
+    fn quiet(&self) -> Result<()> {
+        self.drain()?;
+        match self
+            .inner
+            .counters
+            .error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            None => Ok(()),
+            Some(e) => Err(err(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_card_round_trips_through_postcard() {
+        let c = PeerCard {
+            provider: "tcp;ofi_rxm".into(),
+            addr: vec![2, 0, 0x1f, 0x90, 10, 0, 0, 1],
+            key: 0xDEAD_BEEF_0000_0001,
+            base: 0x7f00_0000_0000,
+            size: 1 << 30,
+        };
+        let b = postcard::to_stdvec(&c).unwrap();
+        assert_eq!(postcard::from_bytes::<PeerCard>(&b).unwrap(), c);
+        assert!(postcard::from_bytes::<PeerCard>(&b[..b.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn mr_modes_are_named() {
+        assert_eq!(mr_mode_names(0), "none (offsets, requested keys)");
+        assert_eq!(
+            mr_mode_names(FI_MR_VIRT_ADDR | FI_MR_PROV_KEY),
+            "FI_MR_VIRT_ADDR|FI_MR_PROV_KEY"
+        );
+    }
+
+    #[test]
+    fn emulated_atomics_compute_like_the_cpu() {
+        let w = AmoWidth::W32;
+        assert_eq!(apply(AmoOp::Add(1), 0xFFFF_FFFF, w), 0);
+        assert_eq!(apply(AmoOp::And(0xF0), 0xFF, w), 0xF0);
+        assert_eq!(apply(AmoOp::Or(0x0F), 0xF0, w), 0xFF);
+        assert_eq!(apply(AmoOp::Xor(0xFF), 0x0F, w), 0xF0);
+        assert_eq!(apply(AmoOp::Swap(7), 3, w), 7);
+        let cas = AmoOp::CompareSwap { cond: 3, value: 9 };
+        assert_eq!(apply(cas, 3, AmoWidth::W64), 9);
+        assert_eq!(apply(cas, 4, AmoWidth::W64), 4);
+    }
+
+    /// With libfabric installed, probing finds a provider and names it;
+    /// a bogus `FI_PROVIDER` is reported clearly (checked in a child
+    /// process, since libfabric reads its environment once).
+    #[test]
+    fn probe_names_the_provider_or_says_why_not() {
+        match probe(None) {
+            Ok(f) => assert!(!f.provider.is_empty()),
+            Err(why) => {
+                assert!(
+                    why.contains("libfabric") || why.contains("fi_getinfo"),
+                    "{why}"
+                );
+                eprintln!("libfabric not usable here: {why}");
+            }
+        }
+    }
+}
