@@ -34,6 +34,7 @@
 //! shmem_transport_roce::link();
 //! assert!(shmem_core::transport::registered().iter().any(|r| r.name == "ROCE"));
 //! ```
+#![warn(clippy::missing_errors_doc)]
 
 #[cfg(feature = "ibverbs")]
 pub mod hw;
@@ -63,6 +64,10 @@ shmem_core::config_var!(
 );
 
 /// RDMA devices found by the `hw` provider (`Ok(vec![])`: none).
+///
+/// # Errors
+/// Why no device list could be read (no `ibverbs` feature in this build,
+/// or the verbs library failed).
 pub fn rdma_devices() -> std::result::Result<Vec<String>, String> {
     #[cfg(feature = "ibverbs")]
     {

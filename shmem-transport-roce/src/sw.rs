@@ -537,6 +537,13 @@ impl SwVerbs {
     /// Builds the engine (collective): registers the heap, exchanges
     /// endpoints and remote keys with one allgather, connects a queue pair
     /// to every PE in `reach`.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the listener cannot be bound or a thread cannot
+    /// start; a transport error when a PE sends a bad endpoint, registered
+    /// a heap of another size or does not open its queue pairs within
+    /// `SHMEM_INIT_TIMEOUT`; the bootstrap's errors (a PE died, the job
+    /// was aborted).
     pub fn create(init: &TransportInit<'_>, reach: Vec<bool>) -> Result<SwVerbs> {
         let bs = init.bootstrap;
         let (me, n) = (bs.rank(), bs.size());

@@ -60,6 +60,9 @@ impl Request {
     }
 
     /// Decodes a header.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidData`] for an unknown opcode.
     pub fn decode(b: &[u8; REQUEST_LEN]) -> io::Result<Request> {
         let op = match b[0] {
             1 => Opcode::Write,
@@ -130,6 +133,9 @@ impl Response {
     }
 
     /// Decodes a header.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidData`] for an unknown status.
     pub fn decode(b: &[u8; RESPONSE_LEN]) -> io::Result<Response> {
         let status = match b[0] {
             1 => Status::Ack,
@@ -154,6 +160,9 @@ impl Response {
 }
 
 /// Reads exactly `n` bytes and throws them away.
+///
+/// # Errors
+/// The reader's error (end of stream before `n` bytes included).
 pub fn drain(r: &mut impl Read, mut n: u64) -> io::Result<()> {
     let mut buf = [0u8; 8192];
     while n > 0 {
@@ -165,6 +174,9 @@ pub fn drain(r: &mut impl Read, mut n: u64) -> io::Result<()> {
 }
 
 /// Writes a header and its payload as one message.
+///
+/// # Errors
+/// The writer's error.
 pub fn send(w: &mut impl Write, header: &[u8], payload: &[u8]) -> io::Result<()> {
     if payload.len() <= 4096 {
         let mut buf = Vec::with_capacity(header.len() + payload.len());
