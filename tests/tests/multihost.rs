@@ -96,9 +96,19 @@ impl Hosts {
     }
     /// Launch options for `per_host` PEs on each host running `scenario`.
     fn job(&self, per_host: usize, scenario: &str, env: &[(&str, &str)]) -> LaunchOptions {
-        let n = self.n * per_host;
-        let mut o = LaunchOptions::new(n, PE);
+        let mut o = self.job_of(std::path::Path::new(PE), per_host, env);
         o.args = vec![scenario.into()];
+        o
+    }
+    /// Launch options for `per_host` PEs of `program` on each host.
+    fn job_of(
+        &self,
+        program: &std::path::Path,
+        per_host: usize,
+        env: &[(&str, &str)],
+    ) -> LaunchOptions {
+        let n = self.n * per_host;
+        let mut o = LaunchOptions::new(n, program);
         o.prefix = (0..n)
             .map(|pe| {
                 ["ip", "netns", "exec", &self.host(pe / per_host)]
@@ -294,6 +304,47 @@ fn rma_to_a_killed_remote_pe_fails_naming_it() {
         let r = launch(&o).expect("start");
         assert_eq!(r.ends[1], PeEnd::Signaled(libc::SIGKILL), "{prov}: {r:?}");
         assert_eq!(r.ends[0], PeEnd::Exited(3), "{prov}: {r:?}");
+    }
+}
+
+/// A C program (through `libshmem`, built with `oshcc`) across hosts:
+/// put/get at 1 B..1 MiB, atomics from every PE and put-with-signal on the
+/// symmetric heap, under every provider, two PEs per host (HCCS within a
+/// host, ROCE between them).
+#[test]
+fn a_c_program_runs_across_hosts_under_every_provider() {
+    let Some(h) = hosts_or_skip(2) else { return };
+    let libdir = std::path::Path::new(PE)
+        .parent()
+        .expect("target dir")
+        .to_path_buf();
+    if !libdir.join("libshmem.so").exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "libshmem.so is not built next to {PE}"
+        );
+        eprintln!("not run: build libshmem first (scripts/test-all.sh does)");
+        return;
+    }
+    let capi = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shmem-capi");
+    let exe = libdir.join("multihost-c-plugin");
+    let out = Command::new(capi.join("bin/oshcc"))
+        .env("SHMEM_LIBDIR", &libdir)
+        .args(["-std=c11", "-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(capi.join("tests/c/plugin.c"))
+        .output()
+        .expect("run oshcc");
+    assert!(
+        out.status.success(),
+        "oshcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (prov, env) in providers() {
+        run_ok(
+            &h.job_of(&exe, 2, &env),
+            &format!("C program on 2 hosts x 2 PEs, {prov}"),
+        );
     }
 }
 
