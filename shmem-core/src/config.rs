@@ -2,7 +2,7 @@
 //!
 //! The table below is the single source of truth: it produces the [`Config`]
 //! struct, its parser, and the `SHMEM_INFO=1` listing. A new variable is one
-//! new line in [`config_table!`].
+//! new line in `config_table!`.
 
 use std::fmt::Write as _;
 use std::time::Duration;

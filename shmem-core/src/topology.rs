@@ -33,7 +33,7 @@ impl Topology {
     /// Exchanges node identities over the bootstrap (collective).
     ///
     /// # Errors
-    /// A bootstrap error from the allgather; [`Error::Bootstrap`] when a PE's record is
+    /// A bootstrap error from the allgather; [`Error::Bootstrap`](crate::Error::Bootstrap) when a PE's record is
     /// malformed.
     pub fn discover(bootstrap: &dyn Bootstrap) -> Result<Topology> {
         let key = node_key();

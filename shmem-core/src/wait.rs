@@ -27,7 +27,7 @@ pub const WATCH_SLOTS: usize = 8;
 #[repr(C)]
 #[derive(Debug)]
 pub struct WatchSlot {
-    /// [`Span::pack`] plus the waiter count; 0 is a free slot.
+    /// `Span::pack` plus the waiter count; 0 is a free slot.
     pub key: AtomicU64,
     /// Incremented by writers that wake this slot's sleepers.
     pub doorbell: AtomicU32,
@@ -50,7 +50,7 @@ pub struct ControlBlock {
     pub watch_all: AtomicU32,
     /// `FUTEX_WAKE` calls writers made for this heap's waiters (statistics).
     pub wakeups: AtomicU64,
-    /// Every zone any slot has ever watched ([`Span::zones`]; bits are
+    /// Every zone any slot has ever watched (`Span::zones`; bits are
     /// only ever added): a writer whose zones miss it skips the slot scan.
     pub zones: AtomicU64,
     /// Lowest start and highest end (bytes) of every span ever watched (only

@@ -36,6 +36,7 @@
 //! ```
 #![warn(clippy::missing_errors_doc)]
 
+mod counters;
 #[cfg(feature = "ibverbs")]
 pub mod hw;
 pub mod ofi;

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,7 @@ use shmem_core::{
     TransportInit,
 };
 
+use crate::counters::Counters;
 use crate::wire::{self, Opcode, Request, Response, Status, QP_MAGIC, REQUEST_LEN, RESPONSE_LEN};
 use crate::NAME;
 
@@ -87,27 +88,6 @@ impl Pending {
                 c.finish_part(e())
             }
         }
-    }
-}
-
-#[derive(Default)]
-struct Counters {
-    issued: AtomicU64,
-    completed: AtomicU64,
-    error: Mutex<Option<String>>,
-    lock: Mutex<()>,
-    cv: Condvar,
-}
-
-impl Counters {
-    fn complete(&self, error: Option<&str>) {
-        if let Some(e) = error {
-            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
-            slot.get_or_insert_with(|| e.to_string());
-        }
-        self.completed.fetch_add(1, Ordering::AcqRel);
-        let _g = self.lock.lock();
-        self.cv.notify_all();
     }
 }
 

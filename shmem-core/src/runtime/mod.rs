@@ -61,6 +61,17 @@ pub struct RuntimeOptions {
 ///
 /// Every method that moves data checks the PE and the heap range first, so a
 /// bad argument is an error, never a stray write.
+///
+/// # Errors of tests and waits
+///
+/// The `test*` and `wait_until*` methods on symmetric variables fail with
+/// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or
+/// one of another instance, [`Error::OutOfHeap`] / [`Error::Misaligned`] for
+/// variables outside the heap or unaligned, [`Error::InvalidArgument`] for a
+/// status mask or value list whose length is not the variables', and
+/// [`Error::NotInitialized`] after finalize. The waits also fail, while
+/// waiting, with [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or
+/// the job is aborted, and with [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
 pub struct Runtime {
     instance: u32,
     my_pe: PeId,

@@ -178,12 +178,7 @@ impl Runtime {
     /// Waits until this PE's `ivar <cmp> value`.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
-    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
-    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
+    /// As every wait on variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     #[track_caller]
     pub fn wait_until<T: WaitElement>(&self, ivar: SymRef<T>, cmp: Cmp, value: T) -> Result<()> {
         self.check_ref(&ivar)?;
@@ -200,10 +195,7 @@ impl Runtime {
     /// Whether `ivar <cmp> value` holds now.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
+    /// As every test of variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     pub fn test<T: WaitElement>(&self, ivar: SymRef<T>, cmp: Cmp, value: T) -> Result<bool> {
         self.check_ref(&ivar)?;
         let p = self.wait_ptrs(SymSlice::<T>::from_raw_parts(
@@ -217,12 +209,7 @@ impl Runtime {
     /// Waits until every variable not masked by `status` (true = skip) satisfies the comparison.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
-    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
-    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
+    /// As every wait on variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     #[track_caller]
     pub fn wait_until_all<T: WaitElement>(
         &self,
@@ -238,12 +225,7 @@ impl Runtime {
     /// returns its index, or `None` if all are masked.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
-    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
-    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
+    /// As every wait on variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     #[track_caller]
     pub fn wait_until_any<T: WaitElement>(
         &self,
@@ -259,12 +241,7 @@ impl Runtime {
     /// returns the indices of all that do.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
-    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
-    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
+    /// As every wait on variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     #[track_caller]
     pub fn wait_until_some<T: WaitElement>(
         &self,
@@ -279,12 +256,7 @@ impl Runtime {
     /// [`Runtime::wait_until_all`] with one comparison value per variable.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
-    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
-    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
+    /// As every wait on variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     #[track_caller]
     pub fn wait_until_all_vector<T: WaitElement>(
         &self,
@@ -304,12 +276,7 @@ impl Runtime {
     /// [`Runtime::wait_until_any`] with one comparison value per variable.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
-    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
-    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
+    /// As every wait on variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     #[track_caller]
     pub fn wait_until_any_vector<T: WaitElement>(
         &self,
@@ -335,12 +302,7 @@ impl Runtime {
     /// [`Runtime::wait_until_some`] with one comparison value per variable.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize;
-    /// while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE dies or the job
-    /// is aborted, and [`Error::Timeout`] after `SHMEM_WAIT_TIMEOUT`.
+    /// As every wait on variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     #[track_caller]
     pub fn wait_until_some_vector<T: WaitElement>(
         &self,
@@ -368,10 +330,7 @@ impl Runtime {
     /// Whether every unmasked variable satisfies the comparison now.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
+    /// As every test of variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     pub fn test_all<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -385,10 +344,7 @@ impl Runtime {
     /// The first unmasked variable satisfying the comparison now, if any.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
+    /// As every test of variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     pub fn test_any<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -402,10 +358,7 @@ impl Runtime {
     /// Every unmasked variable satisfying the comparison now.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
+    /// As every test of variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     pub fn test_some<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -419,10 +372,7 @@ impl Runtime {
     /// [`Runtime::test_all`] with one value per variable.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
+    /// As every test of variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     pub fn test_all_vector<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -438,10 +388,7 @@ impl Runtime {
     /// [`Runtime::test_any`] with one value per variable.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
+    /// As every test of variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     pub fn test_any_vector<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,
@@ -457,10 +404,7 @@ impl Runtime {
     /// [`Runtime::test_some`] with one value per variable.
     ///
     /// # Errors
-    /// [`Error::UseAfterFree`] or [`Error::WrongInstance`] for a freed object or one of
-    /// another instance, or [`Error::OutOfHeap`] / [`Error::Misaligned`] for variables
-    /// outside the heap or unaligned; [`Error::InvalidArgument`] for a status mask or value
-    /// list whose length is not the variables'; [`Error::NotInitialized`] after finalize.
+    /// As every test of variables (see [tests and waits](Runtime#errors-of-tests-and-waits)).
     pub fn test_some_vector<T: WaitElement>(
         &self,
         ivars: SymSlice<T>,

@@ -56,7 +56,7 @@ use std::ffi::{c_int, c_void, CStr, CString};
 use std::net::IpAddr;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,7 @@ use shmem_core::{
     TransportInit,
 };
 
+use crate::counters::Counters;
 use crate::NAME;
 use ffi::*;
 
@@ -287,27 +288,6 @@ pub fn probe(node: Option<IpAddr>) -> std::result::Result<Found, String> {
             fabric: cstr((*(*i).fabric_attr).name),
             domain: cstr((*(*i).domain_attr).name),
         })
-    }
-}
-
-#[derive(Default)]
-struct Counters {
-    issued: AtomicU64,
-    completed: AtomicU64,
-    error: Mutex<Option<String>>,
-    lock: Mutex<()>,
-    cv: Condvar,
-}
-
-impl Counters {
-    fn complete(&self, error: Option<&str>) {
-        if let Some(e) = error {
-            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
-            slot.get_or_insert_with(|| e.to_string());
-        }
-        self.completed.fetch_add(1, Ordering::AcqRel);
-        let _g = self.lock.lock();
-        self.cv.notify_all();
     }
 }
 
@@ -702,8 +682,16 @@ impl Inner {
     /// providers do not wake a thread blocked in `fi_cq_sread` promptly, so
     /// the waiting thread keeps polling; the watchdog ends the wait).
     fn wait(&self, done: &Completion) -> Result<()> {
+        self.progress_until(|| done.is_done());
+        done.wait()
+    }
+
+    /// Drives progress until `done()`: polls the completion queue, yielding
+    /// the core between empty polls for 200 us, then sleeping 20 us (200 us
+    /// after 10 ms); then sends the wake messages the completions owe.
+    fn progress_until(&self, done: impl Fn() -> bool) {
         let start = Instant::now();
-        while !done.is_done() {
+        while !done() {
             if self.poll_cq(None) > 0 {
                 continue;
             }
@@ -719,7 +707,6 @@ impl Inner {
             }
         }
         self.flush_wakes();
-        done.wait()
     }
 
     /// Posts with retries while the provider asks for progress (`-FI_EAGAIN`),
@@ -1591,23 +1578,7 @@ impl Ofi {
         let i = &*self.inner;
         let c = &i.counters;
         let target = c.issued.load(Ordering::Acquire);
-        let start = Instant::now();
-        while c.completed.load(Ordering::Acquire) < target {
-            if i.poll_cq(None) > 0 {
-                continue;
-            }
-            let t = start.elapsed();
-            if t < Duration::from_micros(200) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(if t < Duration::from_millis(10) {
-                    20
-                } else {
-                    200
-                }));
-            }
-        }
-        i.flush_wakes();
+        i.progress_until(|| c.completed.load(Ordering::Acquire) >= target);
         Ok(())
     }
 }
