@@ -599,7 +599,8 @@ impl AmoService {
     /// in flight).
     pub(crate) fn stop(&self, rt: &Runtime) {
         self.stop.store(true, Ordering::Release);
-        ring(rt, rt.my_pe());
+        // The service sleeps watching its mailbox only.
+        let _ = rt.wake_on(self.mailbox, rt.n_pes() * SLOT_BYTES);
         if let Some(w) = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = w.join();
         }
@@ -620,7 +621,7 @@ fn serve(rt: &Runtime, mailbox: usize, reply: usize, segments: &[Segment], stop:
     let mut served = vec![0u64; n];
     loop {
         // Watch only the mailbox: puts elsewhere in this PE's heap must not
-        // wake this thread (stop() rings for every watcher).
+        // wake this thread (stop() rings the mailbox's watchers).
         let r = rt.wait_on(mailbox, n * SLOT_BYTES, || {
             stop.load(Ordering::Acquire) || (0..n).any(|i| seq_of(i) > served[i])
         });

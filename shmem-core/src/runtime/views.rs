@@ -139,6 +139,24 @@ impl Runtime {
         Ok(())
     }
 
+    /// Wakes this PE's own waiters on `len` bytes at heap `offset` (the
+    /// counterpart of [`Runtime::wait_on`]) after a condition they check
+    /// changed without a write there, e.g. a stop flag outside the heap.
+    ///
+    /// # Errors
+    /// [`Error::OutOfHeap`] for a range outside the heap.
+    pub fn wake_on(&self, offset: usize, len: usize) -> Result<()> {
+        self.check_range(offset, len)?;
+        // SAFETY: offset 0 of this PE's heap is its control block.
+        unsafe {
+            wait::ring(
+                self.base.as_ptr() as *const ControlBlock,
+                &[wait::Span::bytes(offset, len)],
+            )
+        };
+        Ok(())
+    }
+
     /// Typed [`Runtime::peer_ptr`].
     ///
     /// # Errors
