@@ -4,6 +4,7 @@
 use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
 use crate::collectives::{byte_len, check_disjoint, check_sym, local_copy, Call, Desc};
+use crate::fold::Contrib;
 use crate::{BroadcastAlgorithm, Collectives, Team};
 
 impl Collectives {
@@ -12,9 +13,19 @@ impl Collectives {
     /// the root; on the root `dest` may be `source` itself. Every member must
     /// pass the same `root` and `nelems`.
     ///
+    /// Up to 2 KiB on a team whose PEs map each other's heaps (one node,
+    /// load/store engines), the root publishes the data in its own memory
+    /// and returns without waiting for the members, who copy it out (as
+    /// OpenSHMEM allows: `dest` must be ready on every member before any
+    /// PE calls). Above that, or across nodes, the call opens with the
+    /// argument handshake like every collective.
+    ///
     /// # Errors
     /// As every collective (see [Errors](Collectives#errors)); [`Error::PeOutOfRange`]
-    /// for a `root` outside the team.
+    /// for a `root` outside the team. A published broadcast's root learns
+    /// that a member's call differed only when it opens its next call on
+    /// the team, which then fails with [`Error::CollectiveMismatch`]; the
+    /// member fails at once, without copying.
     #[track_caller]
     pub fn broadcast<T: Element>(
         &self,
@@ -50,6 +61,10 @@ impl Collectives {
             .with(algo as u64);
         let describe = || format!("root {root}, {nelems} x {}", std::any::type_name::<T>());
         let bytes = nelems.saturating_mul(std::mem::size_of::<T>());
+        if self.publishes(n, bytes) {
+            return self
+                .publish_broadcast(team, dest, source, nelems, root, desc, local, &describe);
+        }
         let plan = self
             .algorithms
             .broadcast
@@ -57,14 +72,22 @@ impl Collectives {
             .then(|| Call::fold_plan(self, n, bytes, bytes))
             .flatten();
         if let Some(plan) = plan {
-            // Small: the root's data rides on the handshake.
-            let mine = match (&local, is_root) {
-                (Ok(()), true) => as_bytes(&rt.read_local(source.slice(..nelems)?)?).to_vec(),
-                _ => vec![0u8; bytes],
+            // Small: the root's data rides on the handshake; the others
+            // send only their signal.
+            let mine: &[u8] = match (&local, is_root) {
+                // SAFETY: this PE's own source, in the heap (checked); a
+                // collective's source is not written during the call.
+                (Ok(()), true) => as_bytes(unsafe { rt.local_slice(source.slice(..nelems)?)? }),
+                _ => &[],
             };
             let finish = |parts: &[&[u8]], out: &mut [u8]| -> Result<()> {
                 out.copy_from_slice(parts[root]);
                 Ok(())
+            };
+            let contrib = Contrib {
+                mine,
+                each: bytes,
+                only: Some(root),
             };
             let out = self.begin_folded(
                 plan,
@@ -73,7 +96,7 @@ impl Collectives {
                 desc,
                 local,
                 &describe,
-                &mine,
+                contrib,
                 bytes,
                 &finish,
             )?;

@@ -71,7 +71,10 @@ pub(crate) struct SlotLayout {
 impl SlotLayout {
     fn new(world: usize) -> SlotLayout {
         let rounds = ceil_log2(world).max(1);
-        let words = (2 * rounds + 1) * LINE_WORDS + 4 * world;
+        // Dissemination entries (two parities), the release line, the
+        // published-broadcast lines (two parities) and their receipts'
+        // line, then the per-PE words.
+        let words = (2 * rounds + 4) * LINE_WORDS + 4 * world;
         SlotLayout {
             rounds,
             world,
@@ -84,14 +87,24 @@ impl SlotLayout {
     pub(crate) fn release(&self) -> usize {
         2 * self.rounds * LINE_WORDS
     }
+    /// The line a broadcast root publishes call parity `parity` in: the
+    /// tagged word, then [`crate::push::LINE_PAYLOAD`] bytes of data.
+    pub(crate) fn push_line(&self, parity: usize) -> usize {
+        (2 * self.rounds + 1 + parity) * LINE_WORDS
+    }
+    /// Where a PE records that it has finished published broadcast of
+    /// parity `parity` (tag and fingerprint; read by the root).
+    pub(crate) fn push_done(&self, parity: usize) -> usize {
+        (2 * self.rounds + 3) * LINE_WORDS + parity
+    }
     pub(crate) fn linear(&self, from: usize) -> usize {
-        (2 * self.rounds + 1) * LINE_WORDS + from
+        (2 * self.rounds + 4) * LINE_WORDS + from
     }
     fn data(&self, from: usize) -> usize {
-        (2 * self.rounds + 1) * LINE_WORDS + self.world + from
+        (2 * self.rounds + 4) * LINE_WORDS + self.world + from
     }
     fn meta(&self) -> usize {
-        (2 * self.rounds + 1) * LINE_WORDS + 2 * self.world
+        (2 * self.rounds + 4) * LINE_WORDS + 2 * self.world
     }
 }
 
@@ -124,7 +137,9 @@ pub(crate) fn ceil_log2(n: usize) -> usize {
 ///   takes part in the handshake, so the others fail too;
 /// * [`Error::CollectiveMismatch`] (on the other members) when members pass
 ///   different arguments (root, count, element type, operation), invalid
-///   ones, or call a different collective;
+///   ones, or call a different collective; for a small broadcast on one
+///   node, whose root does not wait, on the members at once and on the root
+///   at its next call on the team (see [`Collectives::broadcast`]);
 /// * while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE
 ///   dies or the job is aborted, and [`Error::Timeout`] after
 ///   `SHMEM_WAIT_TIMEOUT`;
@@ -168,7 +183,9 @@ impl std::fmt::Debug for Collectives {
     }
 }
 
-/// The fingerprint of a call, built field by field (FNV-1a).
+/// The fingerprint of a call, built field by field: one multiply and a
+/// shift per 8 bytes (it is computed on every call, so a byte-wise hash
+/// showed up in the profile of 8-byte collectives).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Desc(u64);
 
@@ -176,21 +193,32 @@ impl Desc {
     pub(crate) fn new(op: &str) -> Desc {
         Desc(0xcbf2_9ce4_8422_2325).bytes(op.as_bytes())
     }
+    #[inline]
+    fn word(self, v: u64) -> Desc {
+        let h = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        Desc(h ^ (h >> 29))
+    }
     fn bytes(mut self, b: &[u8]) -> Desc {
-        for &x in b {
-            self.0 ^= x as u64;
-            self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+        let mut chunks = b.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self = self.word(u64::from_le_bytes(w));
         }
-        self
+        let rest = chunks.remainder();
+        let mut w = [0u8; 8];
+        w[..rest.len()].copy_from_slice(rest);
+        // The length keeps "ab" + "c" apart from "a" + "bc".
+        self.word(u64::from_le_bytes(w) ^ ((b.len() as u64) << 56))
     }
     pub(crate) fn with(self, v: u64) -> Desc {
-        self.bytes(&v.to_le_bytes())
+        self.word(v)
     }
     pub(crate) fn with_type<T: 'static>(self) -> Desc {
         self.with(std::mem::size_of::<T>() as u64)
             .bytes(std::any::type_name::<T>().as_bytes())
     }
-    fn value(self) -> u32 {
+    pub(crate) fn value(self) -> u32 {
         ((self.0 ^ (self.0 >> 32)) as u32) & 0x7FFF_FFFF
     }
 }
@@ -208,6 +236,10 @@ pub(crate) struct Call<'a> {
     pub(crate) n: usize,
     /// Records the call for the hang report while it runs.
     _in_call: shmem_core::ActivityGuard<'a>,
+    /// A mismatch found in this PE's previous call (a broadcast it
+    /// published without waiting); this call fails with it, after taking
+    /// part in its handshake as a PE with invalid arguments.
+    pub(crate) late: Option<Error>,
 }
 
 impl Call<'_> {
@@ -598,16 +630,18 @@ impl Collectives {
     }
 
     /// Checks `team`, locks its state and records the call for the hang
-    /// report (until the returned call is dropped).
+    /// report (until the returned call is dropped); then checks the
+    /// broadcast this PE published in its previous call, if it did (see
+    /// [`crate::push`]): a mismatch found there lands in [`Call::late`].
     #[track_caller]
-    fn open_call<'a>(&'a self, team: &'a Team, op: &'static str) -> Result<Call<'a>> {
+    pub(crate) fn open_call<'a>(&'a self, team: &'a Team, op: &'static str) -> Result<Call<'a>> {
         self.check_team(team)?;
         let state = team.lock_state();
         let in_call = self
             .rt
             .activity()
             .enter(op, team.hang_label(), state.seq + 1);
-        Ok(Call {
+        let mut call = Call {
             coll: self,
             rt: &self.rt,
             team,
@@ -615,7 +649,12 @@ impl Collectives {
             me: team.my_pe(),
             n: team.n_pes(),
             _in_call: in_call,
-        })
+            late: None,
+        };
+        if let Some((seq, value)) = call.state.push_pending.take() {
+            call.late = crate::push::check_receipts(&call, seq, value)?;
+        }
+        Ok(call)
     }
 
     /// [`Collectives::begin`] choosing the linear handshake's release:
@@ -634,6 +673,10 @@ impl Collectives {
         shared: bool,
     ) -> Result<Call<'a>> {
         let mut call = self.open_call(team, op)?;
+        let local = match call.late.take() {
+            Some(e) => Err(e),
+            None => local,
+        };
         let mine = match local {
             Ok(()) => desc.value(),
             Err(_) => BAD_ARGS,
@@ -647,8 +690,8 @@ impl Collectives {
     }
 
     /// [`Collectives::begin`] for a small collective whose data rides on
-    /// the handshake (see [`crate::fold`]): `mine` is this PE's contribution
-    /// (the same length on every PE), `finish` computes the `result_len`
+    /// the handshake (see [`crate::fold`]): `contrib` is this PE's
+    /// contribution and the agreed sizes, `finish` computes the `result_len`
     /// result bytes from all contributions in team order. `plan` comes from
     /// [`Call::fold_plan`] (when it gives none, the caller runs
     /// [`Collectives::begin`] and its own algorithm instead).
@@ -662,16 +705,20 @@ impl Collectives {
         desc: Desc,
         local: Result<()>,
         describe: &dyn Fn() -> String,
-        mine: &[u8],
+        contrib: crate::fold::Contrib<'_>,
         result_len: usize,
         finish: crate::fold::Finish<'_>,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<crate::fold::FoldBuf> {
         let mut call = self.open_call(team, op)?;
+        let local = match call.late.take() {
+            Some(e) => Err(e),
+            None => local,
+        };
         let value = match local {
             Ok(()) => desc.value(),
             Err(_) => BAD_ARGS,
         };
-        let (agreed, out) = call.fold_handshake(plan, value, mine, result_len, finish)?;
+        let (agreed, out) = call.fold_handshake(plan, value, contrib, result_len, finish)?;
         local?;
         if agreed != value {
             return Err(self.mismatch(op, &call, describe));
@@ -680,7 +727,12 @@ impl Collectives {
     }
 
     #[track_caller]
-    fn mismatch(&self, op: &'static str, call: &Call<'_>, describe: &dyn Fn() -> String) -> Error {
+    pub(crate) fn mismatch(
+        &self,
+        op: &'static str,
+        call: &Call<'_>,
+        describe: &dyn Fn() -> String,
+    ) -> Error {
         Error::CollectiveMismatch {
             op,
             details: format!(

@@ -32,21 +32,51 @@
 //! contributions and the result live in separate halves, so calls of
 //! different sizes never overlap.
 
-use shmem_core::{as_bytes_mut, Element, PeId, Result, SignalOp, SymSlice};
+use smallvec::SmallVec;
+
+use shmem_core::{Result, SignalOp, SymSlice};
 
 use crate::algorithm::BarrierAlgorithm;
 use crate::collectives::{Call, BAD_ARGS, MISMATCH};
 
 /// Bytes of fold area per team slot: two fixed halves (gathered
-/// contributions, result), so that calls of different sizes never overlap.
-pub(crate) const FOLD_BYTES: usize = 4096;
-const HALF: usize = FOLD_BYTES / 2;
+/// contributions, result), so that calls of different sizes never overlap,
+/// then the two parity buffers of published broadcasts ([`crate::push`]).
+pub(crate) const FOLD_BYTES: usize = 4 * HALF;
+const HALF: usize = 2048;
 /// Bytes that fit beside a handshake word in its cache line.
 const LINE_PAYLOAD: usize = 56;
 
 /// Computes the result (`out`) from every member's contribution, in team
 /// order.
 pub(crate) type Finish<'f> = &'f dyn Fn(&[&[u8]], &mut [u8]) -> Result<()>;
+
+/// A folded call's result: inline up to one cache line, so that an 8-byte
+/// collective allocates nothing.
+pub(crate) type FoldBuf = SmallVec<[u8; 64]>;
+
+/// What each member contributes to a folded call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Contrib<'m> {
+    /// This PE's bytes: `each` of them, or none when `only` names another
+    /// member (or this PE's own arguments were invalid).
+    pub(crate) mine: &'m [u8],
+    /// Bytes of one contribution (the slot size; agreed by the fingerprint).
+    pub(crate) each: usize,
+    /// Only this team member contributes (a broadcast's root); the others
+    /// send just their handshake signal.
+    pub(crate) only: Option<usize>,
+}
+
+impl Contrib<'_> {
+    /// Bytes that team member `j` contributes.
+    fn len_of(&self, j: usize) -> usize {
+        match self.only {
+            Some(r) if r != j => 0,
+            _ => self.each,
+        }
+    }
+}
 
 /// What [`Call::fold_plan`] decided for a call: its data rides on the
 /// linear handshake.
@@ -83,10 +113,17 @@ impl Call<'_> {
         }
     }
 
-    /// This team slot's fold area on any PE (heap offset range).
+    /// This team slot's fold area on any PE (heap offset range): the
+    /// folded calls' two halves.
     fn fold_area(&self) -> SymSlice<u8> {
         let off = self.coll.fold.offset() + self.team.inner.slot * FOLD_BYTES;
-        SymSlice::from_raw_parts(off, FOLD_BYTES, self.coll.fold.instance())
+        SymSlice::from_raw_parts(off, 2 * HALF, self.coll.fold.instance())
+    }
+
+    /// Heap offset of this team slot's published-broadcast buffer for call
+    /// parity `parity` ([`crate::push::PUSH_MAX`] bytes).
+    pub(crate) fn push_area(&self, parity: usize) -> usize {
+        self.coll.fold.offset() + self.team.inner.slot * FOLD_BYTES + (2 + parity) * HALF
     }
 
     /// The handshake of a folded call: sends `mine`, returns the agreed
@@ -95,16 +132,16 @@ impl Call<'_> {
         &mut self,
         plan: FoldPlan,
         value: u32,
-        mine: &[u8],
+        contrib: Contrib<'_>,
         result_len: usize,
         finish: Finish<'_>,
-    ) -> Result<(u32, Vec<u8>)> {
+    ) -> Result<(u32, FoldBuf)> {
         self.state.seq += 1;
         let seq = self.state.seq;
         let tag = (seq & 0xFFFF_FFFF) << 32;
         match plan {
-            FoldPlan::Linear => self.fold_linear(tag, value, mine, result_len, finish),
-            FoldPlan::Pair => self.fold_pair(seq, tag, value, mine, result_len, finish),
+            FoldPlan::Linear => self.fold_linear(tag, value, contrib, result_len, finish),
+            FoldPlan::Pair => self.fold_pair(seq, tag, value, contrib, result_len, finish),
         }
     }
 
@@ -116,47 +153,55 @@ impl Call<'_> {
         seq: u64,
         tag: u64,
         value: u32,
-        mine: &[u8],
+        contrib: Contrib<'_>,
         result_len: usize,
         finish: Finish<'_>,
-    ) -> Result<(u32, Vec<u8>)> {
+    ) -> Result<(u32, FoldBuf)> {
         let me = self.me;
+        let mine = contrib.mine;
         let parity = (seq & 1) as usize;
         let w = self.word(self.coll.layout.entry(parity, 0));
         // Up to 56 bytes travel in the signal word's own cache line (its
         // other seven words are unused): the peer gets data and signal in
         // one line transfer.
-        let slot = if mine.len() <= LINE_PAYLOAD {
-            SymSlice::from_raw_parts(w.offset() + 8, mine.len(), w.instance())
-        } else {
-            self.fold_area()
-                .slice(parity * HALF..parity * HALF + mine.len())?
+        let slot = |len: usize| -> Result<SymSlice<u8>> {
+            if contrib.each <= LINE_PAYLOAD {
+                Ok(SymSlice::from_raw_parts(w.offset() + 8, len, w.instance()))
+            } else {
+                self.fold_area().slice(parity * HALF..parity * HALF + len)
+            }
         };
-        self.rt.put_signal(
-            slot,
-            mine,
-            w,
-            tag | value as u64,
-            SignalOp::Set,
-            self.pe(1 - me),
-        )?;
+        let signal = tag | value as u64;
+        if mine.is_empty() {
+            self.rt
+                .signal_op(w, signal, SignalOp::Set, self.pe(1 - me))?;
+        } else {
+            self.rt.put_signal(
+                slot(mine.len())?,
+                mine,
+                w,
+                signal,
+                SignalOp::Set,
+                self.pe(1 - me),
+            )?;
+        }
         let got = self.wait_tagged(w, tag)?;
         if got != value {
-            return Ok((MISMATCH, Vec::new()));
+            return Ok((MISMATCH, FoldBuf::new()));
         }
         if value == BAD_ARGS {
-            return Ok((value, Vec::new()));
+            return Ok((value, FoldBuf::new()));
         }
         // SAFETY: the other PE wrote this slot before the signal just seen
         // and writes it again only two calls from now, after this PE has
         // entered the next call (see the module comment).
-        let theirs = unsafe { self.rt.local_slice(slot)? };
+        let theirs = unsafe { self.rt.local_slice(slot(contrib.len_of(1 - me))?)? };
         let parts: [&[u8]; 2] = if me == 0 {
             [mine, theirs]
         } else {
             [theirs, mine]
         };
-        let mut out = vec![0u8; result_len];
+        let mut out = FoldBuf::from_elem(0, result_len);
         finish(&parts, &mut out)?;
         Ok((value, out))
     }
@@ -165,24 +210,30 @@ impl Call<'_> {
         &mut self,
         tag: u64,
         value: u32,
-        mine: &[u8],
+        contrib: Contrib<'_>,
         result_len: usize,
         finish: Finish<'_>,
-    ) -> Result<(u32, Vec<u8>)> {
-        let (me, n, b) = (self.me, self.n, mine.len());
+    ) -> Result<(u32, FoldBuf)> {
+        let (me, n, b) = (self.me, self.n, contrib.each);
+        let mine = contrib.mine;
         let area = self.fold_area();
         let result = area.slice(HALF..HALF + result_len)?;
         let release = self.word(self.coll.layout.release());
         if me != 0 {
             let w = self.word(self.coll.layout.linear(me));
-            self.rt.put_signal(
-                area.slice(me * b..(me + 1) * b)?,
-                mine,
-                w,
-                tag | value as u64,
-                SignalOp::Set,
-                self.pe(0),
-            )?;
+            let signal = tag | value as u64;
+            if mine.is_empty() {
+                self.rt.signal_op(w, signal, SignalOp::Set, self.pe(0))?;
+            } else {
+                self.rt.put_signal(
+                    area.slice(me * b..me * b + mine.len())?,
+                    mine,
+                    w,
+                    signal,
+                    SignalOp::Set,
+                    self.pe(0),
+                )?;
+            }
             let root = self.pe(0);
             let state = if self.coll.all_mapped {
                 self.wait_tagged_on(root, release, tag)?
@@ -190,29 +241,32 @@ impl Call<'_> {
                 self.wait_tagged(release, tag)?
             };
             if state == MISMATCH || state == BAD_ARGS {
-                return Ok((state, Vec::new()));
+                return Ok((state, FoldBuf::new()));
             }
-            let out = if self.coll.all_mapped {
-                read_peer(self, root, result.offset(), result_len)?
+            let mut out = FoldBuf::from_elem(0, result_len);
+            if self.coll.all_mapped {
+                self.rt.get_bytes(root, result.offset(), &mut out)?;
             } else {
-                self.rt.read_local(result)?
-            };
+                // SAFETY: team PE 0 wrote the result before the release just
+                // seen, and rewrites it only after this PE enters a later call.
+                out.copy_from_slice(unsafe { self.rt.local_slice(result)? });
+            }
             return Ok((state, out));
         }
         let mut state = self.gather_arrivals(tag, value)?;
-        let mut out = vec![0u8; result_len];
+        let mut out = FoldBuf::from_elem(0, result_len);
         let mut failed = None;
         if state != MISMATCH && state != BAD_ARGS {
             // SAFETY: members wrote their slots before their arrival signals,
             // which `gather_arrivals` has seen; nobody writes them until
             // this call is released.
             let others = unsafe { self.rt.local_slice(area.slice(..n * b)?)? };
-            let parts: Vec<&[u8]> = (0..n)
+            let parts: SmallVec<[&[u8]; 8]> = (0..n)
                 .map(|j| {
                     if j == 0 {
                         mine
                     } else {
-                        &others[j * b..(j + 1) * b]
+                        &others[j * b..j * b + contrib.len_of(j)]
                     }
                 })
                 .collect();
@@ -239,22 +293,4 @@ impl Call<'_> {
             None => Ok((state, out)),
         }
     }
-}
-
-/// `len` bytes at heap `offset` of world PE `pe` (read after its release
-/// word was seen with Acquire, so the result written before it is there).
-fn read_peer(call: &Call<'_>, pe: PeId, offset: usize, len: usize) -> Result<Vec<u8>> {
-    let mut out = vec![0u8; len];
-    call.rt.get_bytes(pe, offset, &mut out)?;
-    Ok(out)
-}
-
-/// Elements from bytes: `template` gives the length (and valid values to
-/// overwrite); `bytes` must hold exactly that many elements.
-pub(crate) fn elems_from<T: Element>(bytes: &[u8], template: &[T]) -> Vec<T> {
-    let mut v = template.to_vec();
-    let dst = as_bytes_mut(&mut v);
-    let n = dst.len().min(bytes.len());
-    dst[..n].copy_from_slice(&bytes[..n]);
-    v
 }

@@ -6,6 +6,7 @@ use std::ops::Range;
 use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
 use crate::collectives::{byte_len, check_disjoint, check_sym, local_copy, mul, Call, Desc};
+use crate::fold::Contrib;
 use crate::{Collectives, GatherAlgorithm, Team};
 
 /// Moves block `blocks[i]` of this PE's `dest` to every member's `dest`:
@@ -91,15 +92,22 @@ impl Collectives {
         };
         if let Some(plan) = plan {
             // Small: every block rides on the handshake.
-            let mine = match &local {
-                Ok(()) => as_bytes(&rt.read_local(source.slice(..nelems)?)?).to_vec(),
-                Err(_) => vec![0u8; bytes],
+            let mine: &[u8] = match &local {
+                // SAFETY: this PE's own source, in the heap (checked); a
+                // collective's source is not written during the call.
+                Ok(()) => as_bytes(unsafe { rt.local_slice(source.slice(..nelems)?)? }),
+                Err(_) => &[],
             };
             let finish = |parts: &[&[u8]], out: &mut [u8]| -> Result<()> {
                 for (i, p) in parts.iter().enumerate() {
                     out[i * bytes..(i + 1) * bytes].copy_from_slice(p);
                 }
                 Ok(())
+            };
+            let contrib = Contrib {
+                mine,
+                each: bytes,
+                only: None,
             };
             let out = self.begin_folded(
                 plan,
@@ -108,7 +116,7 @@ impl Collectives {
                 desc,
                 local,
                 &describe,
-                &mine,
+                contrib,
                 bytes * n,
                 &finish,
             )?;

@@ -12,11 +12,13 @@
 //!   contribution per PE) then an allgather of the reduced blocks straight
 //!   into the destinations.
 
-use shmem_core::{as_bytes, Element, Error, Result, SymSlice};
+use smallvec::SmallVec;
+
+use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
 use crate::collectives::{check_disjoint, check_sym, Call, Desc};
 use crate::direct::{direct_allreduce, DIRECT_MIN_BYTES};
-use crate::fold::elems_from;
+use crate::fold::Contrib;
 use crate::reduce_op::{bitwise_on_float, BitwiseReducible, ReduceOp, Reducible, ScanKind};
 use crate::{Collectives, ReduceAlgorithm, ScanAlgorithm, Team};
 
@@ -200,10 +202,6 @@ impl Collectives {
             let mut call = self.begin(team, "reduce", desc, local, &describe)?;
             return direct_allreduce(&mut call, op, source, dest, nreduce);
         }
-        let mut acc = match &local {
-            Ok(()) => rt.read_local(source.slice(..nreduce)?)?,
-            Err(_) => Vec::new(),
-        };
         let algo = self.algorithms.reduce(team.n_pes(), bytes);
         let desc = Desc::new("reduce")
             .with_type::<T>()
@@ -226,32 +224,44 @@ impl Collectives {
         if let Some(plan) = plan {
             // Small: the contributions ride on the handshake; everyone
             // combines them in team order, so every PE gets the same bits.
-            if acc.len() != nreduce {
-                acc = vec![acc.first().copied().unwrap_or_else(|| T::identity(op)); nreduce];
-            }
+            let mine: &[u8] = match &local {
+                // SAFETY: this PE's own source, in the heap (checked); a
+                // collective's source is not written during the call.
+                Ok(()) => as_bytes(unsafe { rt.local_slice(source.slice(..nreduce)?)? }),
+                Err(_) => &[],
+            };
             let finish = |parts: &[&[u8]], out: &mut [u8]| -> Result<()> {
-                let mut res = elems_from(parts[0], &acc);
-                let mut next = acc.clone();
+                let mut res: SmallVec<[T; 8]> = SmallVec::from_elem(T::identity(op), nreduce);
+                as_bytes_mut(&mut res).copy_from_slice(parts[0]);
+                let mut next = res.clone();
                 for p in &parts[1..] {
-                    next = elems_from(p, &next);
+                    as_bytes_mut(&mut next).copy_from_slice(p);
                     T::combine(op, &mut res, &next)?;
                 }
                 out.copy_from_slice(as_bytes(&res));
                 Ok(())
             };
+            let contrib = Contrib {
+                mine,
+                each: bytes,
+                only: None,
+            };
             let out = self.begin_folded(
-                plan,
-                team,
-                "reduce",
-                desc,
-                local,
-                &describe,
-                as_bytes(&acc),
-                bytes,
-                &finish,
+                plan, team, "reduce", desc, local, &describe, contrib, bytes, &finish,
             )?;
-            return rt.write_local(dest.slice(..nreduce)?, &elems_from(&out, &acc));
+            if nreduce == 0 {
+                return Ok(());
+            }
+            // SAFETY: this PE's own dest, in the heap (checked); no other PE
+            // writes it during a folded reduction.
+            let d = unsafe { rt.local_slice_mut(dest.slice(..nreduce)?)? };
+            as_bytes_mut(d).copy_from_slice(&out);
+            return Ok(());
         }
+        let mut acc = match &local {
+            Ok(()) => rt.read_local(source.slice(..nreduce)?)?,
+            Err(_) => Vec::new(),
+        };
         let mut call = self.begin(team, "reduce", desc, local, &describe)?;
         if nreduce == 0 {
             return Ok(());

@@ -34,6 +34,10 @@ pub(crate) struct TeamState {
     pub(crate) seq: u64,
     /// Per source team PE: how many data signals from it were consumed.
     pub(crate) consumed: Vec<u64>,
+    /// The last call was a broadcast this PE published without waiting
+    /// (see [`crate::push`]): its sequence number and fingerprint, checked
+    /// against every member's record when the next call opens.
+    pub(crate) push_pending: Option<(u64, u32)>,
 }
 
 #[derive(Debug)]
@@ -100,6 +104,7 @@ impl Team {
                 state: Mutex::new(TeamState {
                     seq: 0,
                     consumed: vec![0; n],
+                    push_pending: None,
                 }),
                 destroyed: AtomicBool::new(false),
             }),

@@ -34,16 +34,58 @@ where
 
 #[test]
 fn different_roots_fail_everywhere() {
+    // PE 0 names itself the root, the others name PE 1. A small broadcast's
+    // root publishes without waiting, so a PE whose broadcast returned Ok
+    // (a root, or a member that agreed with its root) learns of the
+    // mismatch at its next collective call; nobody hangs, and a PE whose
+    // broadcast failed has its dest untouched.
     for n in [2, 3, 5, 8] {
         let out = after_recovery(n, |rt, coll| {
             let d = rt.malloc::<i64>(8)?;
             let s = rt.malloc::<i64>(8)?;
-            let root = if rt.my_pe() == 0 { 0 } else { 1 };
+            let me = rt.my_pe();
+            let root = if me == 0 { 0 } else { 1 };
             rt.write_local(&d, &[5; 8])?;
+            rt.write_local(&s, &[100 + me as i64; 8])?;
             let r = coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), 8, root);
+            let got = rt.read_local(&d)?;
+            match &r {
+                Err(_) => assert_eq!(got, vec![5; 8], "a failed broadcast wrote data"),
+                Ok(()) => assert_eq!(
+                    got,
+                    vec![100 + root as i64; 8],
+                    "PE {me}: a broadcast that returned Ok holds its root's data"
+                ),
+            }
+            let next = coll.barrier_all();
+            match r {
+                Err(e) => Err(e),
+                Ok(()) => next,
+            }
+        });
+        for (pe, r) in out.iter().enumerate() {
+            let e = r
+                .as_ref()
+                .expect_err("mismatched roots must fail, at the latest at the next call");
+            assert!(is_mismatch(e), "PE {pe}: {e}");
+        }
+    }
+}
+
+#[test]
+fn a_large_broadcast_with_different_roots_fails_before_data_moves() {
+    // Above the published size the handshake runs first: every PE fails in
+    // the call itself and no dest changes.
+    for n in [2, 3, 5] {
+        let out = after_recovery(n, |rt, coll| {
+            let d = rt.malloc::<i64>(4096)?;
+            let s = rt.malloc::<i64>(4096)?;
+            let root = if rt.my_pe() == 0 { 0 } else { 1 };
+            rt.write_local(&d, &[5; 4096])?;
+            let r = coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), 4096, root);
             assert_eq!(
                 rt.read_local(&d)?,
-                vec![5; 8],
+                vec![5; 4096],
                 "a failed broadcast wrote data"
             );
             r
@@ -52,6 +94,41 @@ fn different_roots_fail_everywhere() {
             let e = r.as_ref().expect_err("mismatched roots must fail");
             assert!(is_mismatch(e), "PE {pe}: {e}");
             assert!(e.to_string().contains("broadcast"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn members_with_another_count_fail_at_once_and_the_root_at_its_next_call() {
+    // PE 0 broadcasts 2 longs as the root; the others ask for 3: they fail
+    // at once without copying, PE 0 at its next call, and the team is in
+    // step afterwards.
+    for n in [2, 4, 8] {
+        let out = after_recovery(n, |rt, coll| {
+            let d = rt.malloc::<i64>(4)?;
+            let s = rt.malloc::<i64>(4)?;
+            rt.write_local(&d, &[5; 4])?;
+            rt.write_local(&s, &[9; 4])?;
+            let count = if rt.my_pe() == 0 { 2 } else { 3 };
+            let r = coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), count, 0);
+            if rt.my_pe() == 0 {
+                r?;
+                return coll.barrier_all();
+            }
+            assert_eq!(
+                rt.read_local(&d)?,
+                vec![5; 4],
+                "a failed broadcast wrote data"
+            );
+            // The others' next call fails too: PE 0 joins it as a PE with
+            // invalid arguments.
+            assert!(is_mismatch(&coll.barrier_all().expect_err("next call")));
+            r
+        });
+        for (pe, r) in out.iter().enumerate() {
+            let e = r.as_ref().expect_err("different counts must fail");
+            assert!(is_mismatch(e), "PE {pe}: {e}");
+            assert!(e.to_string().contains("broadcast"), "PE {pe}: {e}");
         }
     }
 }
