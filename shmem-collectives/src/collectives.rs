@@ -709,6 +709,29 @@ impl Collectives {
         result_len: usize,
         finish: crate::fold::Finish<'_>,
     ) -> Result<crate::fold::FoldBuf> {
+        self.begin_folded_call(
+            plan, team, op, desc, local, describe, contrib, result_len, finish,
+        )
+        .map(|(_, out)| out)
+    }
+
+    /// [`Collectives::begin_folded`] that also returns the open call, for a
+    /// caller that may continue with its own algorithm after the folded
+    /// handshake (it counts as the call's opening handshake).
+    #[allow(clippy::too_many_arguments)]
+    #[track_caller]
+    pub(crate) fn begin_folded_call<'a>(
+        &'a self,
+        plan: crate::fold::FoldPlan,
+        team: &'a Team,
+        op: &'static str,
+        desc: Desc,
+        local: Result<()>,
+        describe: &dyn Fn() -> String,
+        contrib: crate::fold::Contrib<'_>,
+        result_len: usize,
+        finish: crate::fold::Finish<'_>,
+    ) -> Result<(Call<'a>, crate::fold::FoldBuf)> {
         let mut call = self.open_call(team, op)?;
         let local = match call.late.take() {
             Some(e) => Err(e),
@@ -723,7 +746,7 @@ impl Collectives {
         if agreed != value {
             return Err(self.mismatch(op, &call, describe));
         }
-        Ok(out)
+        Ok((call, out))
     }
 
     #[track_caller]

@@ -43,7 +43,8 @@ use crate::collectives::{Call, BAD_ARGS, MISMATCH};
 /// contributions, result), so that calls of different sizes never overlap,
 /// then the two parity buffers of published broadcasts ([`crate::push`]).
 pub(crate) const FOLD_BYTES: usize = 4 * HALF;
-const HALF: usize = 2048;
+/// Bytes of each half: a folded call's contributions, and its result.
+pub(crate) const HALF: usize = 2048;
 /// Bytes that fit beside a handshake word in its cache line.
 const LINE_PAYLOAD: usize = 56;
 

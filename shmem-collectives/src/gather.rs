@@ -3,10 +3,10 @@
 
 use std::ops::Range;
 
-use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
+use shmem_core::{as_bytes, as_bytes_mut, Element, Error, PeId, Result, SymSlice};
 
 use crate::collectives::{byte_len, check_disjoint, check_sym, local_copy, mul, Call, Desc};
-use crate::fold::Contrib;
+use crate::fold::{Contrib, FoldBuf, FoldPlan, HALF};
 use crate::{Collectives, GatherAlgorithm, Team};
 
 /// Moves block `blocks[i]` of this PE's `dest` to every member's `dest`:
@@ -174,47 +174,198 @@ impl Collectives {
                 dest.len()
             )
         };
-        let mut call = self.begin(team, "collect", desc, local, &describe)?;
-        let (me, n) = (call.me, call.n);
-
-        // Everyone learns every PE's count and destination capacity.
-        let meta = call.meta();
-        let mine = [nelems as u64, dest.len() as u64];
-        rt.write_local(meta.slice(2 * me..2 * me + 2)?, &mine)?;
-        for s in 1..n {
-            call.put_data((me + s) % n, meta.slice(2 * me..2 * me + 2)?, &mine)?;
+        let n = team.n_pes();
+        let slot = HALF / n.max(1) / 8 * 8;
+        let plan = if self.algorithms.collect.is_none() && slot >= FOLD_HEADER + 8 {
+            Call::fold_plan(self, n, slot, HALF)
+        } else {
+            None
+        };
+        if plan == Some(FoldPlan::Linear) {
+            return self.collect_folded(team, dest, source, nelems, slot, desc, local, &describe);
         }
-        for s in 1..n {
-            call.wait_data((me + n - s) % n, 1)?;
-        }
-        let sizes = rt.read_local(meta.slice(..2 * n)?)?;
-        let mut blocks = Vec::with_capacity(n);
-        let mut total = 0usize;
-        let mut largest = 0usize;
-        for i in 0..n {
-            let c = sizes[2 * i] as usize;
-            blocks.push(total..total + c);
-            total = total
-                .checked_add(c)
-                .ok_or_else(|| Error::invalid("nelems", "the counts of all PEs overflow"))?;
-            largest = largest.max(c);
-        }
-        // Every PE sees the same table, so they all fail alike.
-        if let Some(i) = (0..n).find(|&i| (sizes[2 * i + 1] as usize) < total) {
-            return Err(Error::CollectiveMismatch {
-                op: "collect",
-                details: format!(
-                    "team PE {i} (PE {}) has a dest of {} elements, the PEs contribute {total} in all",
-                    call.pe(i),
-                    sizes[2 * i + 1]
-                ),
-            });
-        }
-        let algo = self
-            .algorithms
-            .collect(n, largest.saturating_mul(std::mem::size_of::<T>()));
-        local_copy(rt, dest.slice(blocks[me].clone())?, source.slice(..nelems)?)?;
-        gather_blocks(&mut call, algo, dest, &blocks)?;
-        Ok(total)
+        let call = self.begin(team, "collect", desc, local, &describe)?;
+        collect_exchange(call, &self.algorithms, dest, source, nelems)
     }
+
+    /// A small collect when PEs outnumber cores: each member's count, dest
+    /// capacity and (when it fits its slot of `slot` bytes) its block ride
+    /// on the linear handshake; team PE 0 lays out the result, or tells
+    /// everyone to fall back to the size exchange when some block or the
+    /// total does not fit.
+    #[allow(clippy::too_many_arguments)]
+    fn collect_folded<T: Element>(
+        &self,
+        team: &Team,
+        dest: SymSlice<T>,
+        source: SymSlice<T>,
+        nelems: usize,
+        slot: usize,
+        desc: Desc,
+        local: Result<()>,
+        describe: &dyn Fn() -> String,
+    ) -> Result<usize> {
+        let rt = &self.rt;
+        let size = std::mem::size_of::<T>();
+        let mut mine: FoldBuf = FoldBuf::new();
+        if local.is_ok() {
+            let bytes = nelems * size;
+            let fits = FOLD_HEADER + bytes <= slot;
+            for w in [nelems as u64, dest.len() as u64, fits as u64] {
+                mine.extend_from_slice(&w.to_le_bytes());
+            }
+            if fits {
+                // SAFETY: this PE's own source, in the heap (checked); a
+                // collective's source is not written during the call.
+                let src = unsafe { rt.local_slice(source.slice(..nelems)?)? };
+                mine.extend_from_slice(as_bytes(src));
+            }
+        }
+        let finish = |parts: &[&[u8]], out: &mut [u8]| -> Result<()> {
+            let word = |p: &[u8], k: usize| {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&p[8 * k..8 * k + 8]);
+                u64::from_le_bytes(w)
+            };
+            let put = |out: &mut [u8], k: usize, v: u64| {
+                out[8 * k..8 * k + 8].copy_from_slice(&v.to_le_bytes())
+            };
+            let mut total = 0u64;
+            let mut fit = true;
+            for p in parts {
+                fit &= word(p, 2) == 1;
+                total = match total.checked_add(word(p, 0)) {
+                    Some(t) => t,
+                    None => {
+                        fit = false;
+                        0
+                    }
+                };
+            }
+            let n = parts.len();
+            let need = (total as usize)
+                .checked_mul(size)
+                .and_then(|b| b.checked_add(8 * (n + 1)));
+            if !fit || need.is_none_or(|b| b > out.len()) {
+                put(out, 0, FOLD_FALLBACK);
+                return Ok(());
+            }
+            if let Some(i) = parts.iter().position(|p| word(p, 1) < total) {
+                put(out, 0, FOLD_SMALL_DEST);
+                put(out, 1, i as u64);
+                put(out, 2, word(parts[i], 1));
+                put(out, 3, total);
+                return Ok(());
+            }
+            put(out, 0, FOLD_OK);
+            let mut at = 8 * (n + 1);
+            for (i, p) in parts.iter().enumerate() {
+                let b = word(p, 0) as usize * size;
+                put(out, 1 + i, word(p, 0));
+                out[at..at + b].copy_from_slice(&p[FOLD_HEADER..FOLD_HEADER + b]);
+                at += b;
+            }
+            Ok(())
+        };
+        let contrib = Contrib {
+            mine: &mine,
+            each: slot,
+            only: None,
+        };
+        let (call, out) = self.begin_folded_call(
+            FoldPlan::Linear,
+            team,
+            "collect",
+            desc,
+            local,
+            describe,
+            contrib,
+            HALF,
+            &finish,
+        )?;
+        let word = |k: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&out[8 * k..8 * k + 8]);
+            u64::from_le_bytes(w)
+        };
+        match word(0) {
+            FOLD_OK => {
+                let n = call.n;
+                let total: usize = (0..n).map(|i| word(1 + i) as usize).sum();
+                if total > 0 {
+                    // SAFETY: this PE's own dest, in the heap (checked to
+                    // hold `total` by team PE 0); nobody else writes it now.
+                    let d = unsafe { rt.local_slice_mut(dest.slice(..total)?)? };
+                    let at = 8 * (n + 1);
+                    as_bytes_mut(d).copy_from_slice(&out[at..at + total * size]);
+                }
+                Ok(total)
+            }
+            FOLD_SMALL_DEST => {
+                let i = word(1) as usize;
+                Err(small_dest(i, call.pe(i), word(2), word(3)))
+            }
+            _ => collect_exchange(call, &self.algorithms, dest, source, nelems),
+        }
+    }
+}
+
+/// Header of a folded collect contribution: count, dest capacity, "block
+/// included" (one `u64` each, little-endian).
+const FOLD_HEADER: usize = 24;
+/// Status words of a folded collect's result.
+const FOLD_OK: u64 = 1;
+const FOLD_SMALL_DEST: u64 = 2;
+const FOLD_FALLBACK: u64 = 3;
+
+fn small_dest(i: usize, pe: PeId, capacity: u64, total: u64) -> Error {
+    Error::CollectiveMismatch {
+        op: "collect",
+        details: format!(
+            "team PE {i} (PE {pe}) has a dest of {capacity} elements, the PEs contribute {total} in all"
+        ),
+    }
+}
+
+/// The collect after its opening handshake: every PE learns every count
+/// and capacity, then the blocks move.
+fn collect_exchange<T: Element>(
+    mut call: Call<'_>,
+    algorithms: &crate::AlgorithmChoice,
+    dest: SymSlice<T>,
+    source: SymSlice<T>,
+    nelems: usize,
+) -> Result<usize> {
+    let rt = call.rt;
+    let (me, n) = (call.me, call.n);
+    // Everyone learns every PE's count and destination capacity.
+    let meta = call.meta();
+    let mine = [nelems as u64, dest.len() as u64];
+    rt.write_local(meta.slice(2 * me..2 * me + 2)?, &mine)?;
+    for s in 1..n {
+        call.put_data((me + s) % n, meta.slice(2 * me..2 * me + 2)?, &mine)?;
+    }
+    for s in 1..n {
+        call.wait_data((me + n - s) % n, 1)?;
+    }
+    let sizes = rt.read_local(meta.slice(..2 * n)?)?;
+    let mut blocks = Vec::with_capacity(n);
+    let mut total = 0usize;
+    let mut largest = 0usize;
+    for i in 0..n {
+        let c = sizes[2 * i] as usize;
+        blocks.push(total..total + c);
+        total = total
+            .checked_add(c)
+            .ok_or_else(|| Error::invalid("nelems", "the counts of all PEs overflow"))?;
+        largest = largest.max(c);
+    }
+    // Every PE sees the same table, so they all fail alike.
+    if let Some(i) = (0..n).find(|&i| (sizes[2 * i + 1] as usize) < total) {
+        return Err(small_dest(i, call.pe(i), sizes[2 * i + 1], total as u64));
+    }
+    let algo = algorithms.collect(n, largest.saturating_mul(std::mem::size_of::<T>()));
+    local_copy(rt, dest.slice(blocks[me].clone())?, source.slice(..nelems)?)?;
+    gather_blocks(&mut call, algo, dest, &blocks)?;
+    Ok(total)
 }
