@@ -46,7 +46,7 @@ pub(crate) const FOLD_BYTES: usize = 4 * HALF;
 /// Bytes of each half: a folded call's contributions, and its result.
 pub(crate) const HALF: usize = 2048;
 /// Bytes that fit beside a handshake word in its cache line.
-const LINE_PAYLOAD: usize = 56;
+pub(crate) const LINE_PAYLOAD: usize = 56;
 
 /// Computes the result (`out`) from every member's contribution, in team
 /// order.

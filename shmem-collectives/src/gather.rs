@@ -6,7 +6,7 @@ use std::ops::Range;
 use shmem_core::{as_bytes, as_bytes_mut, Element, Error, PeId, Result, SymSlice};
 
 use crate::collectives::{byte_len, check_disjoint, check_sym, local_copy, mul, Call, Desc};
-use crate::fold::{Contrib, FoldBuf, FoldPlan, HALF};
+use crate::fold::{Contrib, FoldBuf, FoldPlan, HALF, LINE_PAYLOAD};
 use crate::{Collectives, GatherAlgorithm, Team};
 
 /// Moves block `blocks[i]` of this PE's `dest` to every member's `dest`:
@@ -175,27 +175,36 @@ impl Collectives {
             )
         };
         let n = team.n_pes();
-        let slot = HALF / n.max(1) / 8 * 8;
-        let plan = if self.algorithms.collect.is_none() && slot >= FOLD_HEADER + 8 {
-            Call::fold_plan(self, n, slot, HALF)
+        // Small blocks ride on the handshake: with two PEs in the signal's
+        // own cache line, with the linear handshake up to a few hundred
+        // bytes each (the result, which every member fills, stays small).
+        let plan = if self.algorithms.collect.is_none() {
+            Call::fold_plan(self, n, FOLD_HEADER + 8, HALF)
         } else {
             None
         };
-        if plan == Some(FoldPlan::Linear) {
-            return self.collect_folded(team, dest, source, nelems, slot, desc, local, &describe);
+        let slot = match plan {
+            Some(FoldPlan::Pair) => LINE_PAYLOAD,
+            _ => (HALF / n.max(1)).min(FOLD_SLOT_MAX) / 8 * 8,
+        };
+        if let Some(plan) = plan {
+            return self.collect_folded(
+                plan, team, dest, source, nelems, slot, desc, local, &describe,
+            );
         }
         let call = self.begin(team, "collect", desc, local, &describe)?;
         collect_exchange(call, &self.algorithms, dest, source, nelems)
     }
 
-    /// A small collect when PEs outnumber cores: each member's count, dest
-    /// capacity and (when it fits its slot of `slot` bytes) its block ride
-    /// on the linear handshake; team PE 0 lays out the result, or tells
+    /// A small collect: each member's count, dest capacity and (when it
+    /// fits its slot of `slot` bytes) its block ride on the handshake;
+    /// team PE 0 (or, with two PEs, each PE) lays out the result, or tells
     /// everyone to fall back to the size exchange when some block or the
     /// total does not fit.
     #[allow(clippy::too_many_arguments)]
     fn collect_folded<T: Element>(
         &self,
+        plan: FoldPlan,
         team: &Team,
         dest: SymSlice<T>,
         source: SymSlice<T>,
@@ -272,16 +281,10 @@ impl Collectives {
             each: slot,
             only: None,
         };
+        let n = team.n_pes();
+        let result_len = 8 * (n + 1) + n * (slot - FOLD_HEADER);
         let (call, out) = self.begin_folded_call(
-            FoldPlan::Linear,
-            team,
-            "collect",
-            desc,
-            local,
-            describe,
-            contrib,
-            HALF,
-            &finish,
+            plan, team, "collect", desc, local, describe, contrib, result_len, &finish,
         )?;
         let word = |k: usize| {
             let mut w = [0u8; 8];
@@ -310,6 +313,8 @@ impl Collectives {
     }
 }
 
+/// Largest slot (header and block) of one PE in a folded collect.
+const FOLD_SLOT_MAX: usize = 256;
 /// Header of a folded collect contribution: count, dest capacity, "block
 /// included" (one `u64` each, little-endian).
 const FOLD_HEADER: usize = 24;
