@@ -17,8 +17,10 @@ impl Collectives {
     /// load/store engines), the root publishes the data in its own memory
     /// and returns without waiting for the members, who copy it out (as
     /// OpenSHMEM allows: `dest` must be ready on every member before any
-    /// PE calls). Above that, or across nodes, the call opens with the
-    /// argument handshake like every collective.
+    /// PE calls). Above that, across nodes, or with an algorithm forced
+    /// (`SHMEM_BROADCAST_ALGORITHM=direct` or `binomial`), the call opens
+    /// with the argument handshake like every collective, so mismatches
+    /// fail on every PE before data moves.
     ///
     /// # Errors
     /// As every collective (see [Errors](Collectives#errors)); [`Error::PeOutOfRange`]
