@@ -87,7 +87,19 @@ class Hosts:
     def addr(self, i):
         return f"10.{self.subnet[0]}.{self.subnet[1]}.{i + 1}"
 
+    def kill_all(self):
+        """SIGKILL every process left in the namespaces (torchrun starts its
+        PEs in sessions of their own, out of reach of its process group)."""
+        for name in [self.host(i) for i in range(self.n)] + [self.switch]:
+            r = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, timeout=30)
+            for pid in r.stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+
     def close(self):
+        self.kill_all()
         for name in [self.host(i) for i in range(self.n)] + [self.switch]:
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
 
@@ -162,7 +174,7 @@ def run_job(hosts, provider_env, rendezvous, port):
                         "--local-addr", hosts.addr(i)]
             cmd.append(JOB)
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True, start_new_session=True))
+                                          text=True))
         deadline = time.monotonic() + JOB_TIMEOUT
         out = []
         for p in procs:
@@ -170,23 +182,16 @@ def run_job(hosts, provider_env, rendezvous, port):
                 o, e = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
                 out.append((p.returncode, o, e))
             except subprocess.TimeoutExpired:
-                for q in procs:
-                    kill_group(q)
-                o, e = p.communicate()
+                hosts.kill_all()  # the PEs too, which hold the pipes open
+                o, e = p.communicate(timeout=30)
                 out.append((f"timed out after {JOB_TIMEOUT} s", o, e))
         return out
     finally:
+        hosts.kill_all()
         for p in procs:
-            kill_group(p)
+            if p.poll() is None:
+                p.kill()
             p.wait()
-
-
-def kill_group(p):
-    if p.poll() is None:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 RUNS = [("sw", "static"), ("ofi-tcp", "static"), ("ofi-sockets", "static"), ("ofi-tcp", "c10d")]
