@@ -66,13 +66,14 @@ def work(salt):
         g.zero_()
         core.barrier_all()
         # Put with a signal to the other host (shmem.core's stream-ordered
-        # form), then wait for the left neighbour's.
-        core.put_signal(dst, src, sig, 1, core.SignalOp.SIGNAL_SET, peer)
+        # form, the destination named by a peer view as the reference's
+        # scripts do), then wait for the left neighbour's.
+        core.put_signal(core.get_peer_buffer(dst, peer), src, sig, 1, core.SignalOp.SIGNAL_SET, peer)
         shmem.signal_wait(g, 1, core.ComparisonType.CMP_EQ)
         expect(torch.equal(d, pattern(left, count, salt)), f"put_signal of {count * 4} B from PE {left}")
         # Get from the other host into a plain tensor.
         got = torch.zeros(count, dtype=torch.float32)
-        shmem.get(got, s, peer)
+        shmem.get(got, s if count == SMALL else core.get_peer_buffer(src, peer), peer)
         expect(torch.equal(got, pattern(peer, count, salt)), f"get of {count * 4} B from PE {peer}")
         core.barrier_all()
         del s, d, g  # views of memory about to be freed
