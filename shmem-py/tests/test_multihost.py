@@ -1,8 +1,11 @@
 """A Python torchrun job across two "hosts" (network namespaces joined by a
-bridge, as tests/tests/multihost.rs builds them): one torchrun per host,
-2 PEs each, so same-host peers use HCCS and the hosts talk through the
-ROCE engine, under each of its providers: libfabric forced over
-``tcp;ofi_rxm`` and over ``sockets``, and the software provider.
+bridge, as tests/tests/multihost.rs builds them): one torchrun per host
+(``ip netns exec``), 2 PEs each, so same-host peers use HCCS and the hosts
+talk through the ROCE engine, under each of its providers: libfabric
+forced over ``tcp;ofi_rxm`` and over ``sockets``, and the software
+provider; torchrun's static rendezvous for each, and its c10d rendezvous
+once. What the PEs do and check: ``hosts_job.py``. Each job has a hard
+timeout, after which every process left in the namespaces is killed.
 
 Needs root, iproute2, torch and (for the libfabric runs) libfabric; it
 skips saying why where one is missing, except under CI, which has them
@@ -10,6 +13,7 @@ all and fails instead.
 """
 
 import ctypes
+import importlib.util
 import os
 import shutil
 import signal
@@ -20,8 +24,6 @@ import time
 import pytest
 
 from pes import PE_ENV
-
-torch = pytest.importorskip("torch")
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hosts_job.py")
 PER_HOST = 2
@@ -110,6 +112,8 @@ def hosts():
         cannot_run("not root: network namespaces need it")
     if shutil.which("ip") is None:
         cannot_run("no `ip` (iproute2)")
+    if importlib.util.find_spec("torch") is None or torchrun() is None:
+        cannot_run("torch (with its torchrun) is not installed")
     try:
         h = Hosts(HOSTS)
     except (RuntimeError, OSError) as e:
@@ -204,8 +208,6 @@ def test_torchrun_job_across_hosts(hosts, provider, rendezvous):
         why = libfabric()
         if why is not None:
             cannot_run(f"libfabric not found ({why})")
-    if torchrun() is None:
-        cannot_run("torchrun is not installed")
     port = 29500 + 10 * RUNS.index((provider, rendezvous))  # fresh ports for each job
     results = run_job(hosts, env, rendezvous, port)
     report = "\n".join(f"--- host {i}: {rc}\n{o}\n{e[-6000:]}" for i, (rc, o, e) in enumerate(results))
