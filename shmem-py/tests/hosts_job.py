@@ -12,10 +12,12 @@ Every PE joins twice, the two ways a torchrun user starts shmem:
    ``torch.distributed`` (gloo), as the reference's scripts do.
 
 Each time it moves torch tensors between PEs on different hosts (put with
-a signal, get, atomics from every PE, fcollect and sum reductions, the
+a signal of 4 KiB and 1 MiB, addressed with peer views as the reference
+does, get, atomics from every PE, fcollect and sum reductions, the
 ``AllGather`` tensor operator) and checks every result against values it
-computes itself. Each PE prints ``PE r/n node i: <mode> verified``; any
-mismatch raises, so the PE and its torchrun exit non-zero.
+computes itself. Each PE prints ``PE r/n node i: torchrun env verified``
+and then ``... torchrun uid verified``; any mismatch raises, so the PE and
+its torchrun exit non-zero.
 """
 
 import os
