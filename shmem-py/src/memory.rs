@@ -88,13 +88,14 @@ pub(crate) fn torch_view<'py>(buf: &Bound<'py, Buffer>) -> PyResult<Bound<'py, P
     let py = buf.py();
     let b = buf.get();
     b.check_live()?;
+    let addr = b.mapped_addr()?;
     let cell = Arc::new(AtomicUsize::new(0));
     let mut guard = ExportGuard::new(&b.alloc);
     guard.storage = Some(cell.clone());
     let cap = dlpack::export(
         buf.clone().into_any().unbind(),
         guard,
-        b.addr,
+        addr,
         b.length,
         false,
         py,
@@ -111,7 +112,9 @@ pub(crate) fn torch_view<'py>(buf: &Bound<'py, Buffer>) -> PyResult<Bound<'py, P
 
 /// A range of symmetric memory: an allocation on this PE (from `buffer`,
 /// `calloc`, `align`, `malloc`) or, from `get_peer_buffer`, the same object
-/// in another PE's heap mapped into this process.
+/// in another PE's heap: mapped into this process when the PE is on this
+/// node, else (a PE on another node) a name for the object that the calls
+/// naming that PE accept, with no memory to view here.
 ///
 /// numpy and torch view it without a copy: `numpy.asarray(buf)` (buffer
 /// protocol, or `__array_interface__`) and `torch.from_dlpack(buf)` (DLPack)
@@ -123,6 +126,8 @@ pub struct Buffer {
     pub(crate) sh: Shmem,
     pub(crate) offset: usize,
     pub(crate) length: usize,
+    /// Where the memory is in this process; 0 for a view of a PE whose heap
+    /// is not mapped here (see [`Buffer::mapped_addr`]).
     pub(crate) addr: usize,
     pub(crate) mem_type: u32,
     /// `Some(pe)` for a view of another PE's copy (`get_peer_buffer`).
@@ -155,6 +160,21 @@ impl Buffer {
         )
     }
 
+    /// The address of the memory in this process, or an error for a view
+    /// of a PE whose heap is not mapped here (a PE on another node): such a
+    /// view only names the object for put/get/signals/atomics to that PE.
+    pub(crate) fn mapped_addr(&self) -> PyResult<usize> {
+        match self.peer {
+            Some(pe) if self.addr == 0 => Err(error(format!(
+                "{} names the object on PE {pe}, whose heap is not mapped into PE {} (engine {}):                  pass it to put/get/signal calls for PE {pe}; its memory cannot be viewed or                  addressed here",
+                self.describe(),
+                self.sh.my_pe(),
+                self.sh.engine_for(pe).unwrap_or("?")
+            ))),
+            _ => Ok(self.addr),
+        }
+    }
+
     /// Whether `free` has run on it (or on the buffer it views).
     pub(crate) fn is_freed(&self) -> bool {
         self.alloc.freed.load(Ordering::Acquire)
@@ -185,10 +205,11 @@ impl Drop for Buffer {
 
 #[pymethods]
 impl Buffer {
-    /// Address of the first byte in this process.
+    /// Address of the first byte in this process (an error for a view of a
+    /// PE on another node, whose memory is not mapped here).
     #[getter]
-    fn addr(&self) -> usize {
-        self.addr
+    fn addr(&self) -> PyResult<usize> {
+        self.mapped_addr()
     }
     /// Size in bytes.
     #[getter]
@@ -277,6 +298,7 @@ impl Buffer {
     ) -> PyResult<()> {
         let b = slf.get();
         b.check_live()?;
+        let addr = b.mapped_addr()?;
         let len = isize::try_from(b.length).map_err(|_| invalid("buffer too large"))?;
         // SAFETY: `view` is the Py_buffer CPython handed us; the range is
         // mapped for as long as `slf` lives (it holds the runtime, which holds
@@ -286,7 +308,7 @@ impl Buffer {
             ffi::PyBuffer_FillInfo(
                 view,
                 slf.as_ptr(),
-                b.addr as *mut std::ffi::c_void,
+                addr as *mut std::ffi::c_void,
                 len,
                 0,
                 flags,
@@ -308,10 +330,11 @@ impl Buffer {
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.check_live()?;
+        let addr = self.mapped_addr()?;
         let d = PyDict::new(py);
         d.set_item("shape", (self.length,))?;
         d.set_item("typestr", "|u1")?;
-        d.set_item("data", (self.addr, false))?;
+        d.set_item("data", (addr, false))?;
         d.set_item("strides", py.None())?;
         d.set_item("version", 3)?;
         Ok(d)
@@ -351,10 +374,11 @@ impl Buffer {
             ));
         }
         let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+        let addr = b.mapped_addr()?;
         dlpack::export(
             slf.clone().into_any().unbind(),
             ExportGuard::new(&b.alloc),
-            b.addr,
+            addr,
             b.length,
             versioned,
             slf.py(),
@@ -395,7 +419,7 @@ pub(crate) fn local(obj: &Bound<'_, PyAny>, arg: &str, writable: bool) -> PyResu
         let b = b.get();
         b.check_live()?;
         return Ok(Local {
-            addr: b.addr,
+            addr: b.mapped_addr()?,
             len: b.length,
             itemsize: 1,
             dtype: None,
@@ -797,7 +821,10 @@ pub(crate) fn free(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
-/// The same object in PE `pe`'s heap, mapped into this process.
+/// The same object in PE `pe`'s heap: mapped into this process when `pe` is
+/// on this node; for a PE on another node, a view without local memory that
+/// the calls naming `pe` accept (`put(dst=peer_buf, src, pe)`, as the
+/// reference's scripts write it).
 #[pyfunction]
 pub(crate) fn get_peer_buffer(buf: &Bound<'_, Buffer>, pe: Pe) -> PyResult<Buffer> {
     let b = buf.get();
@@ -810,19 +837,12 @@ pub(crate) fn get_peer_buffer(buf: &Bound<'_, Buffer>, pe: Pe) -> PyResult<Buffe
     let pe = pe_arg(pe.0, b.sh.n_pes())?;
     let ptr =
         b.sh.peer_ptr(b.offset, pe)
-            .map_err(with_context(|| format!("get_peer_buffer(PE {pe})")))?
-            .ok_or_else(|| {
-                error(format!(
-                    "PE {pe}'s heap is not mapped into PE {} (engine {}); use put/get to reach it",
-                    b.sh.my_pe(),
-                    b.sh.engine_for(pe).unwrap_or("?")
-                ))
-            })?;
+            .map_err(with_context(|| format!("get_peer_buffer(PE {pe})")))?;
     Ok(Buffer {
         sh: b.sh.clone(),
         offset: b.offset,
         length: b.length,
-        addr: ptr.as_ptr() as usize,
+        addr: ptr.map_or(0, |p| p.as_ptr() as usize),
         mem_type: b.mem_type,
         peer: Some(pe),
         alloc: b.alloc.clone(),

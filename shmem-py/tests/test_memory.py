@@ -109,6 +109,40 @@ def test_peer_buffers():
     assert run_pes(peers, 3) == [2, 0, 1]
 
 
+def unmapped_peers(rank, n):
+    buf = core.buffer(64)
+    buf.numpy(np.int64)[:] = rank
+    core.barrier_all()
+    right = (rank + 1) % n
+    peer = core.get_peer_buffer(buf, right)
+    assert peer.is_peer and peer.pe == right and peer.offset == buf.offset and len(peer) == 64
+    assert shmem.ptr(buf, right) is None
+    # No memory to view or address here.
+    for touch in (lambda: memoryview(peer), lambda: peer.numpy(np.int64), lambda: peer.addr,
+                  lambda: peer.__array_interface__, lambda: peer.__dlpack__(),
+                  lambda: shmem.put(buf, peer, right)):  # as a local source
+        with pytest.raises(core.ShmemError, match=f"heap is not mapped into PE {rank} \\(engine ROCE\\)"):
+            touch()
+    # It names the object for calls to its PE.
+    got = np.zeros(8, np.int64)
+    shmem.get(got, peer, right)
+    assert got.tolist() == [right] * 8
+    core.barrier_all()
+    shmem.put(peer, np.full(8, 10 + rank, np.int64), right)
+    core.barrier_all()
+    assert buf.numpy(np.int64).tolist() == [10 + (rank - 1) % n] * 8
+    with pytest.raises(core.ShmemInvalid, match="view of PE"):
+        shmem.put(peer, b"x", (right + 1) % n)
+    core.barrier_all()
+    core.free(buf)
+    return True
+
+
+def test_peer_views_of_unmapped_heaps():
+    env = {"SHMEM_TEST_ENGINE": "ROCE", "SHMEM_ROCE_PROVIDER": "sw"}
+    assert run_pes(unmapped_peers, 3, env=env) == [True] * 3
+
+
 def leaks(rank, n):
     caught = []
     old = sys.unraisablehook

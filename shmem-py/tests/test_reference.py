@@ -59,6 +59,14 @@ def test_reference_snippet_peer_views_and_default_stream():
     assert run_pes(reference_snippet, 3) == [True] * 3
 
 
+def test_reference_snippet_with_peers_on_other_nodes():
+    # Every peer reached through the ROCE engine, as PEs on other nodes are:
+    # their heaps are not mapped here, and peer views still name the objects
+    # for the calls to them.
+    env = {"SHMEM_TEST_ENGINE": "ROCE", "SHMEM_ROCE_PROVIDER": "sw"}
+    assert run_pes(reference_snippet, 3, env=env) == [True] * 3
+
+
 def stream_ordered(rank, n):
     # A wait enqueued on the default stream returns at once: PE 0 tells PE 1
     # it got past the call (on another stream, not behind the wait), and only
