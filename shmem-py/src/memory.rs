@@ -166,7 +166,9 @@ impl Buffer {
     pub(crate) fn mapped_addr(&self) -> PyResult<usize> {
         match self.peer {
             Some(pe) if self.addr == 0 => Err(error(format!(
-                "{} names the object on PE {pe}, whose heap is not mapped into PE {} (engine {}):                  pass it to put/get/signal calls for PE {pe}; its memory cannot be viewed or                  addressed here",
+                "{} names the object on PE {pe}, whose heap is not mapped into PE {} (engine {}): \
+                 pass it to put/get/signal calls for PE {pe}; its memory cannot be viewed or \
+                 addressed here",
                 self.describe(),
                 self.sh.my_pe(),
                 self.sh.engine_for(pe).unwrap_or("?")
