@@ -13,21 +13,24 @@ impl Collectives {
     /// the root; on the root `dest` may be `source` itself. Every member must
     /// pass the same `root` and `nelems`.
     ///
-    /// Up to 2 KiB on a team whose PEs map each other's heaps (one node,
-    /// load/store engines), the root publishes the data in its own memory
-    /// and returns without waiting for the members, who copy it out (as
-    /// OpenSHMEM allows: `dest` must be ready on every member before any
-    /// PE calls). Above that, across nodes, or with an algorithm forced
-    /// (`SHMEM_BROADCAST_ALGORITHM=direct` or `binomial`), the call opens
-    /// with the argument handshake like every collective, so mismatches
-    /// fail on every PE before data moves.
+    /// On a team whose PEs map each other's heaps (one node, load/store
+    /// engines) the root publishes and the members copy (as OpenSHMEM
+    /// allows: `dest` must be ready on every member before any PE calls):
+    /// up to 2 KiB the root copies the data into a buffer of its own and
+    /// returns without waiting; above, the members copy from the root's
+    /// `source` and the root waits for them. Across nodes, or with an
+    /// algorithm forced (`SHMEM_BROADCAST_ALGORITHM=direct` or
+    /// `binomial`), the call opens with the argument handshake like every
+    /// collective, so mismatches fail on every PE before data moves.
     ///
     /// # Errors
     /// As every collective (see [Errors](Collectives#errors)); [`Error::PeOutOfRange`]
-    /// for a `root` outside the team. A published broadcast's root learns
-    /// that a member's call differed only when it opens its next call on
-    /// the team, which then fails with [`Error::CollectiveMismatch`]; the
-    /// member fails at once, without copying.
+    /// for a `root` outside the team. A published broadcast fails with
+    /// [`Error::CollectiveMismatch`] on each member whose call differs from
+    /// its root's (nothing is copied), and on a root one of whose members
+    /// differed: in the call for a large broadcast, at the root's next call
+    /// on the team for a small one (that call then fails on its other
+    /// members too).
     #[track_caller]
     pub fn broadcast<T: Element>(
         &self,
@@ -63,7 +66,7 @@ impl Collectives {
             .with(algo as u64);
         let describe = || format!("root {root}, {nelems} x {}", std::any::type_name::<T>());
         let bytes = nelems.saturating_mul(std::mem::size_of::<T>());
-        if self.publishes(n, bytes) {
+        if self.publishes(n) {
             return self
                 .publish_broadcast(team, dest, source, nelems, root, desc, local, &describe);
         }

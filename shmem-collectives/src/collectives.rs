@@ -72,9 +72,10 @@ impl SlotLayout {
     fn new(world: usize) -> SlotLayout {
         let rounds = ceil_log2(world).max(1);
         // Dissemination entries (two parities), the release line, the
-        // published-broadcast lines (two parities) and their receipts'
-        // line, then the per-PE words.
-        let words = (2 * rounds + 4) * LINE_WORDS + 4 * world;
+        // published-broadcast lines (two parities) and the line of their
+        // "entered as a member" words, then the per-PE words (arrivals,
+        // data counts, metadata, broadcast receipts).
+        let words = (2 * rounds + 4) * LINE_WORDS + 6 * world;
         SlotLayout {
             rounds,
             world,
@@ -92,10 +93,21 @@ impl SlotLayout {
     pub(crate) fn push_line(&self, parity: usize) -> usize {
         (2 * self.rounds + 1 + parity) * LINE_WORDS
     }
-    /// Where a PE records that it has finished published broadcast of
-    /// parity `parity` (tag and fingerprint; read by the root).
-    pub(crate) fn push_done(&self, parity: usize) -> usize {
+    /// Where a PE records that it entered the published broadcast of
+    /// parity `parity` as a member (tag and fingerprint; read by the PE it
+    /// names as the root). Its line follows the two published lines, so a
+    /// member watches one span for both.
+    pub(crate) fn push_entered(&self, parity: usize) -> usize {
         (2 * self.rounds + 3) * LINE_WORDS + parity
+    }
+    /// End (in words) of the span a member watches on its root.
+    pub(crate) fn push_span_end(&self) -> usize {
+        (2 * self.rounds + 4) * LINE_WORDS
+    }
+    /// On a root: member `from`'s receipt for its published broadcast of
+    /// parity `parity` (tag and the member's fingerprint).
+    pub(crate) fn push_receipt(&self, parity: usize, from: usize) -> usize {
+        (2 * self.rounds + 4) * LINE_WORDS + 4 * self.world + parity * self.world + from
     }
     pub(crate) fn linear(&self, from: usize) -> usize {
         (2 * self.rounds + 4) * LINE_WORDS + from
@@ -137,9 +149,8 @@ pub(crate) fn ceil_log2(n: usize) -> usize {
 ///   takes part in the handshake, so the others fail too;
 /// * [`Error::CollectiveMismatch`] (on the other members) when members pass
 ///   different arguments (root, count, element type, operation), invalid
-///   ones, or call a different collective; for a small broadcast on one
-///   node, whose root does not wait, on the members at once and on the root
-///   at its next call on the team (see [`Collectives::broadcast`]);
+///   ones, or call a different collective; a broadcast on one node is
+///   published by its root instead (see [`Collectives::broadcast`]);
 /// * while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE
 ///   dies or the job is aborted, and [`Error::Timeout`] after
 ///   `SHMEM_WAIT_TIMEOUT`;
@@ -401,6 +412,17 @@ impl Call<'_> {
         }
     }
 
+    /// `w` on world PE `pe`, whose heap is mapped here.
+    pub(crate) fn mapped_word(&self, pe: PeId, w: SymRef<u64>) -> Result<&AtomicU64> {
+        let p = self
+            .rt
+            .peer_ptr(w.offset(), pe)?
+            .ok_or_else(|| Error::invalid("team", format!("PE {pe}'s heap is not mapped here")))?;
+        // SAFETY: an 8-aligned word of a heap mapped for the runtime's life
+        // (which outlives `self`), written only with atomics.
+        Ok(unsafe { AtomicU64::from_ptr(p.as_ptr().cast()) })
+    }
+
     /// Waits until `w` on world PE `pe` (mapped here) carries `tag` in its
     /// upper half; returns the lower half.
     pub(crate) fn wait_tagged_on(&self, pe: PeId, w: SymRef<u64>, tag: u64) -> Result<u32> {
@@ -637,10 +659,10 @@ impl Collectives {
     pub(crate) fn open_call<'a>(&'a self, team: &'a Team, op: &'static str) -> Result<Call<'a>> {
         self.check_team(team)?;
         let state = team.lock_state();
-        let in_call = self
-            .rt
-            .activity()
-            .enter(op, team.hang_label(), state.seq + 1);
+        let in_call =
+            self.rt
+                .activity()
+                .enter(op, team.hang_label(), state.seq + state.published + 1);
         let mut call = Call {
             coll: self,
             rt: &self.rt,
@@ -652,7 +674,7 @@ impl Collectives {
             late: None,
         };
         if let Some((seq, value)) = call.state.push_pending.take() {
-            call.late = crate::push::check_receipts(&call, seq, value)?;
+            call.late = crate::push::check_receipts(&call, seq, value, true)?;
         }
         Ok(call)
     }

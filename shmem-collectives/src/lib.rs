@@ -20,12 +20,15 @@
 //! its arguments, so a different root, count, element type or operation on
 //! some PE is an error on every PE ([`shmem_core::Error::CollectiveMismatch`])
 //! before any data moves, and data can then be put straight into the
-//! destination buffers. One exception, as OpenSHMEM allows: a broadcast of
-//! up to 2 KiB on a team whose PEs map each other's heaps is published by
-//! the root, which returns without waiting; members check the root's
-//! fingerprint before they copy anything, and the root checks theirs when
-//! it opens its next call on the team, which then fails on the root (and,
-//! through its handshake, on that call's other members) if one differed.
+//! destination buffers. One exception, as OpenSHMEM allows: on a team
+//! whose PEs map each other's heaps, a broadcast is published by its root
+//! and copied by the members (a small one's root returns without
+//! waiting); members check the root's fingerprint before they copy
+//! anything, and the root checks their receipts (a small broadcast's at
+//! its next call on the team, which then fails on the root and, through
+//! its handshake, on that call's other members). A PE that calls another
+//! collective meanwhile leaves the others waiting until the hang report
+//! names it.
 //! Algorithms are chosen by team and message size;
 //! `SHMEM_BARRIER_ALGORITHM`, `SHMEM_BROADCAST_ALGORITHM`,
 //! `SHMEM_FCOLLECT_ALGORITHM`, `SHMEM_COLLECT_ALGORITHM`,

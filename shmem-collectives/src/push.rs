@@ -1,70 +1,88 @@
-//! Small broadcasts on one node, published by the root without waiting.
+//! Broadcasts on one node: published by the root, copied by the members.
 //!
 //! OpenSHMEM lets a broadcast's root return as soon as its data is on its
 //! way (every member's `dest` must be ready before any PE calls the
 //! broadcast), and that is what users measure: the root's time and the
 //! members' time, averaged. A handshake first would make the root wait a
-//! round trip for nothing. So when every PE maps every heap and the data
-//! is small, the root publishes instead:
+//! round trip for nothing. So on a team whose PEs map each other's heaps,
+//! every broadcast is published by its root and copied by its members:
 //!
-//! * the root copies its data into its own buffer for this call's parity
-//!   (the tagged word's cache line for up to [`LINE_PAYLOAD`] bytes, else
-//!   a [`PUSH_MAX`]-byte area), copies it into its own `dest`, stores the
-//!   call's tag and fingerprint in its published word (one store; members
-//!   asleep on it share one wake-up) and returns;
-//! * a member waits for the root's word to carry this call's tag, checks
-//!   the fingerprint against its own call (a different count, type, root or
-//!   collective is a mismatch, and nothing is copied), copies the data out
-//!   of the root's memory into its own `dest`, and records "done" with its
-//!   own fingerprint in a receipt word of its own.
+//! * the root stores the call's tag and fingerprint in its published word
+//!   for the call's parity (one store; members asleep on it share one
+//!   wake-up). Up to [`PUSH_MAX`] bytes it first copies the data into its
+//!   own buffer of that parity (the word's cache line up to
+//!   [`LINE_PAYLOAD`] bytes) and returns at once; above, the word's line
+//!   carries the heap offset of its `source`, which the members copy from,
+//!   and the root waits for their receipts before it returns (its
+//!   `source` must stay untouched until then).
+//! * a member first records, in its own heap, that it entered the call as
+//!   a member; then it waits until the PE it names as the root has either
+//!   published this call (it checks the fingerprint against its own call:
+//!   a different count, type or root is a mismatch, and nothing is copied)
+//!   or recorded that it entered as a member too (the PEs disagree on the
+//!   root: a mismatch, not a hang). It copies the data out of the root's
+//!   memory into its own `dest` and writes its receipt (tag and its own
+//!   fingerprint) into its slot of the root's receipt array.
 //!
 //! Nobody writes into another PE's `dest`, so a member that is still
 //! reading its `dest` from an earlier call is never overwritten.
 //!
-//! The root checks the receipts when it opens its next call on the team
-//! (of any kind): it waits until every member has finished this broadcast,
-//! which also frees the parity buffer for the call after next, and a
-//! receipt with another fingerprint (a member that passed different
-//! arguments or called another collective) makes that next call fail with
+//! A small broadcast's root checks the receipts when it opens its next
+//! call on the team (of any kind): it waits until every member has
+//! finished, which also frees the parity buffer for its publish after
+//! next, and a receipt with another fingerprint (a member that passed
+//! different arguments) makes that next call fail with
 //! [`shmem_core::Error::CollectiveMismatch`] on the root, after joining
-//! its handshake as a PE with invalid arguments, so the other members of
-//! that call fail too instead of waiting. A mismatch is thus reported on
-//! every PE whose call differed, and on the root one call late; a member
-//! never copies data from a call that differs from its own. A member that
-//! waits on a root that is in another collective stays waiting until the
-//! hang report names the diverged PEs (`SHMEM_HANG_REPORT`).
+//! its handshake as a PE with invalid arguments (so the other members of
+//! that one call fail too rather than wait). A mismatch is thus reported
+//! on every PE whose call differed, and on the root one call late (in the
+//! call itself for a large broadcast); a member never copies data from a
+//! call that differs from its own. A PE that calls a different collective
+//! while the others broadcast leaves them waiting until the hang report
+//! names the diverged PEs (`SHMEM_HANG_REPORT`); a forced algorithm
+//! (`SHMEM_BROADCAST_ALGORITHM`) keeps the handshake, which fails such
+//! calls at once.
 //!
-//! Reuse: the root writes its parity buffer again two calls later, and by
-//! then it has seen every member's receipt (at the opening of the next
-//! call), so no member is still copying from it. A member's receipt word
-//! of one parity is rewritten only two calls later, after the root has
-//! read it (the root's next call cannot complete without it) or moved
-//! past it.
+//! Publishes count in their own sequence ([`crate::team::TeamState`]'s
+//! `published`): the handshakes reuse their words by the parity of a
+//! count that only synchronising calls advance.
+//!
+//! Reuse: the root rewrites its parity buffer and published word two
+//! publishes later, and by then it has seen every member's receipt of the
+//! earlier one. A receipt slot on the root is rewritten only by the same
+//! member for the same root's publish of the same parity, after the root
+//! has read it. A member's "entered" word of one parity is rewritten two
+//! publishes later, and only a member of this call reads it, before this
+//! call ends for that member.
 
 use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SignalOp, SymSlice};
 
 use crate::collectives::{local_copy, Call, Desc, BAD_ARGS};
 use crate::{Collectives, Team};
 
-/// Largest broadcast (bytes) that is published rather than sent.
+/// Largest broadcast (bytes) whose root copies it into its own buffer and
+/// returns at once; above this, members copy from the root's `source`.
 pub(crate) const PUSH_MAX: usize = 2048;
 /// Bytes that travel in the published word's own cache line.
 pub(crate) const LINE_PAYLOAD: usize = 56;
 
-/// The tag of call `seq` in a signal word's upper half.
+/// The tag of publish `seq` in a word's upper half.
 fn tag_of(seq: u64) -> u64 {
     (seq & 0xFFFF_FFFF) << 32
 }
 
-/// Whether the tag in `word` is that of call `seq` or a later one.
-fn at_or_after(word: u64, seq: u64) -> bool {
-    ((word >> 32) as u32).wrapping_sub(seq as u32) as i32 >= 0
+/// What a member found on the PE it names as the root.
+enum Found {
+    /// The root published this call with this fingerprint.
+    Published(u32),
+    /// That PE entered this call as a member itself.
+    NotRoot,
 }
 
 impl Collectives {
-    /// Whether a broadcast of `bytes` on a team of `n` is published.
-    pub(crate) fn publishes(&self, n: usize, bytes: usize) -> bool {
-        self.all_mapped && n > 1 && bytes <= PUSH_MAX && self.algorithms.broadcast.is_none()
+    /// Whether broadcasts on a team of `n` are published.
+    pub(crate) fn publishes(&self, n: usize) -> bool {
+        self.all_mapped && n > 1 && self.algorithms.broadcast.is_none()
     }
 
     /// The published broadcast (see the module comment). `local` is this
@@ -84,103 +102,209 @@ impl Collectives {
     ) -> Result<()> {
         let rt = &self.rt;
         let mut call = self.open_call(team, "broadcast")?;
-        let local = match call.late.take() {
-            Some(e) => Err(e),
-            None => local,
-        };
-        let value = match local {
-            Ok(()) => desc.value(),
-            Err(_) => BAD_ARGS,
-        };
-        call.state.seq += 1;
-        let seq = call.state.seq;
-        let signal = tag_of(seq) | value as u64;
+        let late = call.late.take();
+        call.state.published += 1;
+        let seq = call.state.published;
         let parity = (seq & 1) as usize;
         let line = call.word(self.layout.push_line(parity));
-        let done = call.word(self.layout.push_done(parity));
-        let me_pe = rt.my_pe();
         let bytes = nelems.saturating_mul(std::mem::size_of::<T>());
+        let small = bytes <= PUSH_MAX;
         let payload = if bytes <= LINE_PAYLOAD {
             line.offset() + 8
         } else {
             call.push_area(parity)
         };
+        let me_pe = rt.my_pe();
         if call.me == root {
-            if local.is_ok() && bytes > 0 {
-                let src = source.slice(..nelems)?;
-                // SAFETY: this PE's own source, in the heap (checked); a
-                // collective's source is not written during the call.
-                let data = as_bytes(unsafe { rt.local_slice(src)? });
-                let buf = SymSlice::<u8>::from_raw_parts(payload, bytes, line.instance());
-                rt.write_local(buf, data)?;
-                local_copy(rt, dest.slice(..nelems)?, src)?;
+            // A root that owes an earlier mismatch fails this call on every
+            // member too, as a handshake call would.
+            let mut value = match (&local, &late) {
+                (Ok(()), None) => desc.value(),
+                _ => BAD_ARGS,
+            };
+            let copied = if value != BAD_ARGS && bytes > 0 {
+                (|| {
+                    let src = source.slice(..nelems)?;
+                    if small {
+                        // SAFETY: this PE's own source, in the heap
+                        // (checked); a collective's source is not written
+                        // during the call.
+                        let data = as_bytes(unsafe { rt.local_slice(src)? });
+                        let buf = SymSlice::<u8>::from_raw_parts(payload, bytes, line.instance());
+                        rt.write_local(buf, data)?;
+                    } else {
+                        let at =
+                            SymSlice::<u64>::from_raw_parts(line.offset() + 8, 1, line.instance());
+                        rt.write_local(at, &[src.offset() as u64])?;
+                    }
+                    local_copy(rt, dest.slice(..nelems)?, src)
+                })()
+            } else {
+                Ok(())
+            };
+            if copied.is_err() {
+                value = BAD_ARGS;
             }
             // Data before the word (a release store): members that see the
             // tag see the data.
-            rt.signal_op(line, signal, SignalOp::Set, me_pe)?;
-            // A PE that also believes it is the root checks this receipt.
-            rt.signal_op(done, signal, SignalOp::Set, me_pe)?;
-            if local.is_ok() {
+            rt.signal_op(line, tag_of(seq) | value as u64, SignalOp::Set, me_pe)?;
+            let differed = if small {
                 call.state.push_pending = Some((seq, value));
+                None
+            } else {
+                // Members copy from `source`: it must outlive their copies.
+                check_receipts(&call, seq, value, false)?
+            };
+            local?;
+            copied?;
+            if let Some(e) = late {
+                return Err(e);
             }
+            return differed.map_or(Ok(()), Err);
+        }
+        let value = match local {
+            Ok(()) => desc.value(),
+            Err(_) => BAD_ARGS,
+        };
+        let entered = call.word(self.layout.push_entered(parity));
+        rt.signal_op(entered, tag_of(seq) | value as u64, SignalOp::Set, me_pe)?;
+        if root >= call.n {
+            // `local` says so: no PE is the root.
             return local;
         }
+        let root_pe = call.pe(root);
+        let slot = call.word(self.layout.push_receipt(parity, call.me));
         if let Err(e) = local {
-            rt.signal_op(done, tag_of(seq) | BAD_ARGS as u64, SignalOp::Set, me_pe)?;
+            // The root (if it is one) waits for every receipt.
+            rt.signal_op(slot, tag_of(seq) | BAD_ARGS as u64, SignalOp::Set, root_pe)?;
             return Err(e);
         }
-        let root_pe = call.pe(root);
-        let got = call.wait_tagged_on(root_pe, line, tag_of(seq))?;
-        if got == value && bytes > 0 {
-            // SAFETY: this PE's own dest, in the heap (checked); only this
-            // PE writes it during the call.
-            let d = unsafe { rt.local_slice_mut(dest.slice(..nelems)?)? };
-            // The root wrote these bytes before the word just seen, and
-            // rewrites them only after this PE's receipt.
-            rt.get_bytes(root_pe, payload, as_bytes_mut(d))?;
+        let found = wait_for_root(&call, root_pe, parity, seq)?;
+        let copied = match found {
+            Found::Published(v) if v == value && bytes > 0 => (|| {
+                // SAFETY: this PE's own dest, in the heap (checked); only
+                // this PE writes it during the call.
+                let d = unsafe { rt.local_slice_mut(dest.slice(..nelems)?)? };
+                let from = if small {
+                    payload
+                } else {
+                    let mut at = [0u8; 8];
+                    rt.get_bytes(root_pe, line.offset() + 8, &mut at)?;
+                    u64::from_le_bytes(at) as usize
+                };
+                // The root wrote these bytes (or left its source) before the
+                // word just seen, and keeps them until this PE's receipt.
+                rt.get_bytes(root_pe, from, as_bytes_mut(d))
+            })(),
+            _ => Ok(()),
+        };
+        let receipt = if copied.is_ok() { value } else { BAD_ARGS };
+        rt.signal_op(slot, tag_of(seq) | receipt as u64, SignalOp::Set, root_pe)?;
+        copied?;
+        match found {
+            Found::Published(v) if v == value => late.map_or(Ok(()), Err),
+            _ => Err(self.mismatch("broadcast", &call, describe)),
         }
-        rt.signal_op(done, signal, SignalOp::Set, me_pe)?;
-        if got != value {
-            return Err(self.mismatch("broadcast", &call, describe));
-        }
-        Ok(())
     }
 }
 
-/// The root's check of broadcast `seq` (fingerprint `value`), run when it
-/// opens its next call on the team: waits for every member's receipt and
-/// returns the mismatch to report, if a member's call differed.
-pub(crate) fn check_receipts(call: &Call<'_>, seq: u64, value: u32) -> Result<Option<Error>> {
-    let parity = (seq & 1) as usize;
-    let done = call.word(call.coll.layout.push_done(parity));
-    let mut differed = None;
-    for j in (0..call.n).filter(|&j| j != call.me) {
-        let pe = call.pe(j);
-        let p = call
-            .rt
-            .peer_ptr(done.offset(), pe)?
-            .ok_or_else(|| Error::invalid("team", format!("PE {pe}'s heap is not mapped here")))?;
-        // SAFETY: an 8-aligned word of a heap mapped for the runtime's
-        // life, written only with atomics.
-        let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(p.as_ptr().cast()) };
-        let mut got = 0;
-        call.rt.wait_on_pe(pe, done.offset(), 8, || {
-            got = word.load(std::sync::atomic::Ordering::Acquire);
-            at_or_after(got, seq)
+/// A member's wait on the PE it names as the root: until that PE has
+/// published publish `seq` or entered it as a member.
+fn wait_for_root(call: &Call<'_>, root_pe: usize, parity: usize, seq: u64) -> Result<Found> {
+    let layout = &call.coll.layout;
+    let line = call.word(layout.push_line(parity));
+    let entered = call.word(layout.push_entered(parity));
+    let span_start = call.word(layout.push_line(0)).offset();
+    let span_end = call.word(layout.push_span_end()).offset();
+    let published = call.mapped_word(root_pe, line)?;
+    let member = call.mapped_word(root_pe, entered)?;
+    let tag = tag_of(seq);
+    let mut found = None;
+    call.rt
+        .wait_on_pe(root_pe, span_start, span_end - span_start, || {
+            let w = published.load(std::sync::atomic::Ordering::Acquire);
+            if w & !0xFFFF_FFFF == tag {
+                found = Some(Found::Published(w as u32));
+                return true;
+            }
+            if member.load(std::sync::atomic::Ordering::Acquire) & !0xFFFF_FFFF == tag {
+                found = Some(Found::NotRoot);
+                return true;
+            }
+            false
         })?;
-        // A later tag: the member has moved on past a later call already
-        // (under other roots); this receipt can no longer be read.
-        if got & !0xFFFF_FFFF == tag_of(seq) && got as u32 != value && differed.is_none() {
-            differed = Some((j, pe));
+    Ok(found.unwrap_or(Found::NotRoot))
+}
+
+/// The root's check of its publish `seq` (fingerprint `value`): waits for
+/// every member's receipt (in this PE's own heap) and returns the mismatch
+/// to report, if a member's call differed and this PE's own was valid.
+/// A PE that published this call itself (it believes it is the root too)
+/// or entered it naming another root sends no receipt here: its own words
+/// say so, and it counts as differing (seen when its receipt is missing;
+/// such a PE does not ring this one, so the wait notices at its next poll).
+/// `later`: the check runs at the opening of the root's next call.
+pub(crate) fn check_receipts(
+    call: &Call<'_>,
+    seq: u64,
+    value: u32,
+    later: bool,
+) -> Result<Option<Error>> {
+    let parity = (seq & 1) as usize;
+    let layout = &call.coll.layout;
+    let first = call.word(layout.push_receipt(parity, 0));
+    let me_pe = call.rt.my_pe();
+    let word = |pe, w| call.mapped_word(pe, call.word(w));
+    let receipts = (0..call.n)
+        .map(|j| word(me_pe, layout.push_receipt(parity, j)))
+        .collect::<Result<Vec<_>>>()?;
+    let published = (0..call.n)
+        .map(|j| word(call.pe(j), layout.push_line(parity)))
+        .collect::<Result<Vec<_>>>()?;
+    let entered = (0..call.n)
+        .map(|j| word(call.pe(j), layout.push_entered(parity)))
+        .collect::<Result<Vec<_>>>()?;
+    let tag = tag_of(seq);
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Acquire);
+    let mut differed = None;
+    let mut next = 0;
+    call.rt.wait_on(first.offset(), call.n * 8, || {
+        while next < call.n {
+            if next != call.me {
+                let got = load(receipts[next]);
+                let other_root = load(published[next]) & !0xFFFF_FFFF == tag;
+                let e = load(entered[next]);
+                let elsewhere = e & !0xFFFF_FFFF == tag && e as u32 != value;
+                if got & !0xFFFF_FFFF == tag {
+                    if got as u32 != value {
+                        differed.get_or_insert(next);
+                    }
+                } else if other_root || elsewhere {
+                    differed.get_or_insert(next);
+                } else {
+                    return false;
+                }
+            }
+            next += 1;
         }
+        true
+    })?;
+    if value == BAD_ARGS {
+        // This PE's own call was invalid and failed already.
+        return Ok(None);
     }
-    Ok(differed.map(|(j, pe)| Error::CollectiveMismatch {
+    Ok(differed.map(|j| Error::CollectiveMismatch {
         op: "broadcast",
         details: format!(
-            "team PE {j} (PE {pe}) did not make the same call as this PE's previous collective on \
-             the team, a broadcast with this PE as the root (#{seq}): it passed different \
-             arguments, invalid ones, or called a different collective; reported at this PE's next \
-             collective call, since the root of a small broadcast does not wait"
+            "team PE {j} (PE {}) did not make the same call as this PE's broadcast #{seq} on the \
+             team, of which this PE was the root: it passed different arguments or invalid ones{}",
+            call.pe(j),
+            if later {
+                " (reported at this PE's next call on the team: the root of a small broadcast \
+                 does not wait)"
+            } else {
+                ""
+            }
         ),
     }))
 }

@@ -30,8 +30,13 @@ pub(crate) enum TeamKind {
 /// Mutable per-team progress, touched only by the PE's collective calls.
 #[derive(Debug)]
 pub(crate) struct TeamState {
-    /// Number of handshakes run so far (identical on every member).
+    /// Number of handshakes run so far (identical on every member); their
+    /// words are reused by its parity, so only calls that synchronise the
+    /// team advance it.
     pub(crate) seq: u64,
+    /// Number of published broadcasts so far (identical on every member;
+    /// see [`crate::push`]).
+    pub(crate) published: u64,
     /// Per source team PE: how many data signals from it were consumed.
     pub(crate) consumed: Vec<u64>,
     /// The last call was a broadcast this PE published without waiting
@@ -103,6 +108,7 @@ impl Team {
                 config,
                 state: Mutex::new(TeamState {
                     seq: 0,
+                    published: 0,
                     consumed: vec![0; n],
                     push_pending: None,
                 }),

@@ -34,26 +34,37 @@ where
 
 #[test]
 fn different_roots_fail_everywhere() {
-    // PE 0 names itself the root, the others name PE 1. A small broadcast's
-    // root publishes without waiting, so a PE whose broadcast returned Ok
-    // (a root, or a member that agreed with its root) learns of the
-    // mismatch at its next collective call; nobody hangs, and a PE whose
-    // broadcast failed has its dest untouched.
-    for n in [2, 3, 5, 8] {
-        let out = after_recovery(n, |rt, coll| {
-            let d = rt.malloc::<i64>(8)?;
-            let s = rt.malloc::<i64>(8)?;
+    // PE 0 names itself the root, the others name PE 1. Broadcasts on one
+    // node are published by their root, so a PE whose broadcast returned
+    // Ok (a small broadcast's root, or a member that agreed with its root)
+    // learns of the mismatch at its next collective call; nobody hangs,
+    // and a member whose broadcast failed has its dest untouched.
+    for (n, count) in [
+        (2, 8),
+        (3, 8),
+        (5, 8),
+        (8, 8),
+        (2, 4096),
+        (3, 4096),
+        (5, 4096),
+    ] {
+        let out = after_recovery(n, move |rt, coll| {
+            let d = rt.malloc::<i64>(count)?;
+            let s = rt.malloc::<i64>(count)?;
             let me = rt.my_pe();
             let root = if me == 0 { 0 } else { 1 };
-            rt.write_local(&d, &[5; 8])?;
-            rt.write_local(&s, &[100 + me as i64; 8])?;
-            let r = coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), 8, root);
+            rt.write_local(&d, &vec![5; count])?;
+            rt.write_local(&s, &vec![100 + me as i64; count])?;
+            let r = coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), count, root);
             let got = rt.read_local(&d)?;
             match &r {
-                Err(_) => assert_eq!(got, vec![5; 8], "a failed broadcast wrote data"),
+                Err(_) if me != root => {
+                    assert_eq!(got, vec![5; count], "a failed broadcast wrote data")
+                }
+                Err(_) => {}
                 Ok(()) => assert_eq!(
                     got,
-                    vec![100 + root as i64; 8],
+                    vec![100 + root as i64; count],
                     "PE {me}: a broadcast that returned Ok holds its root's data"
                 ),
             }
@@ -64,36 +75,17 @@ fn different_roots_fail_everywhere() {
             }
         });
         for (pe, r) in out.iter().enumerate() {
+            // A large broadcast's roots wait for their members and fail in
+            // the call; the members that agreed with PE 1 then have nothing
+            // to learn (their data is PE 1's, as they asked).
+            if count > 256 && pe >= 2 {
+                assert!(r.is_ok(), "n {n}, count {count}, PE {pe}: {r:?}");
+                continue;
+            }
             let e = r
                 .as_ref()
                 .expect_err("mismatched roots must fail, at the latest at the next call");
-            assert!(is_mismatch(e), "PE {pe}: {e}");
-        }
-    }
-}
-
-#[test]
-fn a_large_broadcast_with_different_roots_fails_before_data_moves() {
-    // Above the published size the handshake runs first: every PE fails in
-    // the call itself and no dest changes.
-    for n in [2, 3, 5] {
-        let out = after_recovery(n, |rt, coll| {
-            let d = rt.malloc::<i64>(4096)?;
-            let s = rt.malloc::<i64>(4096)?;
-            let root = if rt.my_pe() == 0 { 0 } else { 1 };
-            rt.write_local(&d, &[5; 4096])?;
-            let r = coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), 4096, root);
-            assert_eq!(
-                rt.read_local(&d)?,
-                vec![5; 4096],
-                "a failed broadcast wrote data"
-            );
-            r
-        });
-        for (pe, r) in out.iter().enumerate() {
-            let e = r.as_ref().expect_err("mismatched roots must fail");
-            assert!(is_mismatch(e), "PE {pe}: {e}");
-            assert!(e.to_string().contains("broadcast"), "{e}");
+            assert!(is_mismatch(e), "n {n}, count {count}, PE {pe}: {e}");
         }
     }
 }
