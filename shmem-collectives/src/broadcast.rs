@@ -29,8 +29,8 @@ impl Collectives {
     /// [`Error::CollectiveMismatch`] on each member whose call differs from
     /// its root's (nothing is copied), and on a root one of whose members
     /// differed: in the call for a large broadcast, at the root's next call
-    /// on the team for a small one (that call then fails on its other
-    /// members too).
+    /// on the team for a small one (which, when it opens with a handshake,
+    /// then fails on its other members too).
     #[track_caller]
     pub fn broadcast<T: Element>(
         &self,

@@ -13,6 +13,9 @@
 //!   reported on every PE before any data moves, so it is an error and
 //!   never corruption or a hang.
 //!
+//! Broadcasts on a team whose PEs map each other's heaps are the exception:
+//! their root publishes without a handshake ([`crate::push`]).
+//!
 //! Handshake words carry `seq << 32 | fingerprint` (one writer per word,
 //! double-buffered by `seq` parity); data arrivals are counted with
 //! `SignalOp::Add` and each PE remembers how many it has consumed, so no

@@ -32,16 +32,19 @@
 //! finished, which also frees the parity buffer for its publish after
 //! next, and a receipt with another fingerprint (a member that passed
 //! different arguments) makes that next call fail with
-//! [`shmem_core::Error::CollectiveMismatch`] on the root, after joining
-//! its handshake as a PE with invalid arguments (so the other members of
-//! that one call fail too rather than wait). A mismatch is thus reported
-//! on every PE whose call differed, and on the root one call late (in the
-//! call itself for a large broadcast); a member never copies data from a
-//! call that differs from its own. A PE that calls a different collective
-//! while the others broadcast leaves them waiting until the hang report
-//! names the diverged PEs (`SHMEM_HANG_REPORT`); a forced algorithm
-//! (`SHMEM_BROADCAST_ALGORITHM`) keeps the handshake, which fails such
-//! calls at once.
+//! [`shmem_core::Error::CollectiveMismatch`] on the root; when that call
+//! opens with a handshake, the root joins it as a PE with invalid
+//! arguments, so its other members fail too rather than wait. A PE that
+//! named another root, or published the call itself, sends no receipt:
+//! the root reads that PE's own words instead (seen at its next poll,
+//! since they do not ring it). A mismatch is thus reported on every PE
+//! whose call differed from its root's, and on the root (one call late
+//! for a small broadcast, in the call for a large one); a member never
+//! copies data from a call that differs from its own. A PE that calls a
+//! different collective while the others broadcast leaves them waiting
+//! until the hang report names the diverged PEs (`SHMEM_HANG_REPORT`); a
+//! forced algorithm (`SHMEM_BROADCAST_ALGORITHM`) keeps the handshake,
+//! which fails such calls at once.
 //!
 //! Publishes count in their own sequence ([`crate::team::TeamState`]'s
 //! `published`): the handshakes reuse their words by the parity of a
@@ -49,11 +52,14 @@
 //!
 //! Reuse: the root rewrites its parity buffer and published word two
 //! publishes later, and by then it has seen every member's receipt of the
-//! earlier one. A receipt slot on the root is rewritten only by the same
-//! member for the same root's publish of the same parity, after the root
-//! has read it. A member's "entered" word of one parity is rewritten two
-//! publishes later, and only a member of this call reads it, before this
-//! call ends for that member.
+//! earlier one (or evidence that the member did not take part). A member
+//! writes its receipt into a root's slot only after that PE has reached
+//! the same publish (it waits for the root's word first, even when its own
+//! arguments are invalid), so the root has read the slot's previous
+//! receipt by then. A PE's "entered" word of one parity is rewritten two
+//! publishes later; whoever reads it late (a root checking receipts, a
+//! member waiting on a named root) also treats any newer tag on that PE's
+//! words as "it moved past this publish without taking part as expected".
 
 use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SignalOp, SymSlice};
 
@@ -69,6 +75,23 @@ pub(crate) const LINE_PAYLOAD: usize = 56;
 /// The tag of publish `seq` in a word's upper half.
 fn tag_of(seq: u64) -> u64 {
     (seq & 0xFFFF_FFFF) << 32
+}
+
+/// Whether `word`'s tag is that of a publish after `seq` (wrapping).
+fn after(word: u64, seq: u64) -> bool {
+    ((word >> 32) as u32).wrapping_sub(seq as u32) as i32 > 0
+}
+
+/// A PE's four publish words (both published lines, both "entered"
+/// words), read to see whether it has moved past a publish.
+fn words_of<'c>(call: &'c Call<'_>, pe: usize) -> Result<[&'c std::sync::atomic::AtomicU64; 4]> {
+    let l = &call.coll.layout;
+    Ok([
+        call.mapped_word(pe, call.word(l.push_line(0)))?,
+        call.mapped_word(pe, call.word(l.push_line(1)))?,
+        call.mapped_word(pe, call.word(l.push_entered(0)))?,
+        call.mapped_word(pe, call.word(l.push_entered(1)))?,
+    ])
 }
 
 /// What a member found on the PE it names as the root.
@@ -175,7 +198,10 @@ impl Collectives {
         let root_pe = call.pe(root);
         let slot = call.word(self.layout.push_receipt(parity, call.me));
         if let Err(e) = local {
-            // The root (if it is one) waits for every receipt.
+            // The root (if it is one) waits for every receipt; the slot is
+            // free once the named PE has reached this publish (it checked
+            // its receipts of two publishes ago when it opened it).
+            wait_for_root(&call, root_pe, parity, seq)?;
             rt.signal_op(slot, tag_of(seq) | BAD_ARGS as u64, SignalOp::Set, root_pe)?;
             return Err(e);
         }
@@ -212,22 +238,25 @@ impl Collectives {
 /// published publish `seq` or entered it as a member.
 fn wait_for_root(call: &Call<'_>, root_pe: usize, parity: usize, seq: u64) -> Result<Found> {
     let layout = &call.coll.layout;
-    let line = call.word(layout.push_line(parity));
-    let entered = call.word(layout.push_entered(parity));
     let span_start = call.word(layout.push_line(0)).offset();
     let span_end = call.word(layout.push_span_end()).offset();
-    let published = call.mapped_word(root_pe, line)?;
-    let member = call.mapped_word(root_pe, entered)?;
+    let all = words_of(call, root_pe)?;
+    let (published, member) = (all[parity], all[2 + parity]);
     let tag = tag_of(seq);
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Acquire);
     let mut found = None;
+    // One span covers all four words; the named PE rings it for each.
     call.rt
         .wait_on_pe(root_pe, span_start, span_end - span_start, || {
-            let w = published.load(std::sync::atomic::Ordering::Acquire);
+            let w = load(published);
             if w & !0xFFFF_FFFF == tag {
                 found = Some(Found::Published(w as u32));
                 return true;
             }
-            if member.load(std::sync::atomic::Ordering::Acquire) & !0xFFFF_FFFF == tag {
+            // It entered this publish as a member, or has moved past it
+            // without publishing it (a root cannot: it waits for this PE's
+            // receipt first).
+            if load(member) & !0xFFFF_FFFF == tag || all.iter().any(|a| after(load(a), seq)) {
                 found = Some(Found::NotRoot);
                 return true;
             }
@@ -258,11 +287,8 @@ pub(crate) fn check_receipts(
     let receipts = (0..call.n)
         .map(|j| word(me_pe, layout.push_receipt(parity, j)))
         .collect::<Result<Vec<_>>>()?;
-    let published = (0..call.n)
-        .map(|j| word(call.pe(j), layout.push_line(parity)))
-        .collect::<Result<Vec<_>>>()?;
-    let entered = (0..call.n)
-        .map(|j| word(call.pe(j), layout.push_entered(parity)))
+    let others = (0..call.n)
+        .map(|j| words_of(call, call.pe(j)))
         .collect::<Result<Vec<_>>>()?;
     let tag = tag_of(seq);
     let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Acquire);
@@ -271,15 +297,23 @@ pub(crate) fn check_receipts(
     call.rt.wait_on(first.offset(), call.n * 8, || {
         while next < call.n {
             if next != call.me {
+                // The PE's own words first: a receipt written before them
+                // is then seen below.
+                let w = others[next].map(load);
+                let other_root = w[parity] & !0xFFFF_FFFF == tag;
+                let e = w[2 + parity];
+                // Entered naming another root, or with invalid arguments
+                // of its own (it fails by itself; a receipt may follow).
+                let elsewhere =
+                    e & !0xFFFF_FFFF == tag && (e as u32 != value || e as u32 == BAD_ARGS);
+                // Moved past this publish without a receipt here.
+                let gone = w.iter().any(|&x| after(x, seq));
                 let got = load(receipts[next]);
-                let other_root = load(published[next]) & !0xFFFF_FFFF == tag;
-                let e = load(entered[next]);
-                let elsewhere = e & !0xFFFF_FFFF == tag && e as u32 != value;
                 if got & !0xFFFF_FFFF == tag {
                     if got as u32 != value {
                         differed.get_or_insert(next);
                     }
-                } else if other_root || elsewhere {
+                } else if other_root || elsewhere || gone {
                     differed.get_or_insert(next);
                 } else {
                     return false;
@@ -296,8 +330,9 @@ pub(crate) fn check_receipts(
     Ok(differed.map(|j| Error::CollectiveMismatch {
         op: "broadcast",
         details: format!(
-            "team PE {j} (PE {}) did not make the same call as this PE's broadcast #{seq} on the \
-             team, of which this PE was the root: it passed different arguments or invalid ones{}",
+            "team PE {j} (PE {}) did not make the same call as this PE's published broadcast \
+             #{seq} on the team, of which this PE was the root: it passed different arguments, \
+             invalid ones, or named another root{}",
             call.pe(j),
             if later {
                 " (reported at this PE's next call on the team: the root of a small broadcast \

@@ -215,3 +215,90 @@ fn a_root_with_bad_arguments_and_a_slow_member_do_not_hang() {
         assert_eq!(o, &vec![false, true, true, true], "PE {pe}: {out:?}");
     }
 }
+
+/// Whether every call on every PE returned (data or an error) instead of
+/// timing out: a hang here would be `Error::Timeout`.
+fn none_timed_out(out: &[Result<Vec<Result<()>>>]) -> bool {
+    out.iter().all(|r| match r {
+        Ok(v) => v.iter().all(|x| !matches!(x, Err(Error::Timeout { .. }))),
+        Err(e) => !matches!(e, Error::Timeout { .. }),
+    })
+}
+
+#[test]
+fn a_member_with_bad_arguments_waits_before_it_writes_its_receipt() {
+    // PE 0 checks the receipts of call 0 late; meanwhile PE 2 goes through
+    // call 1 (root 1) and names PE 0 again in call 2 with a bad dest: its
+    // receipt of call 2 must not replace the unread one of call 0.
+    let out = common::run(3, cfg(false), |rt, coll| -> Result<Vec<Result<()>>> {
+        let d = rt.malloc::<u64>(4)?;
+        let s = rt.malloc::<u64>(4)?;
+        let me = rt.my_pe();
+        let mut r = vec![coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), 1, 0)];
+        if me == 0 {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        r.push(coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), 1, 1));
+        let dest = if me == 2 { d.slice(..0)? } else { d.as_sym() };
+        r.push(coll.broadcast(&coll.world(), dest, s.as_sym(), 1, 0));
+        r.push(coll.barrier_all());
+        Ok(r)
+    });
+    assert!(none_timed_out(&out), "{out:?}");
+    let out: Vec<Vec<Result<()>>> = out.into_iter().map(|r| r.unwrap()).collect();
+    assert!(out.iter().all(|o| o[0].is_ok() && o[1].is_ok()), "{out:?}");
+    assert!(out[2][2].is_err(), "{out:?}");
+}
+
+#[test]
+fn a_pe_that_named_another_root_and_moved_on_is_still_reported() {
+    // PE 2 names root 1 in call 0 (PEs 0 and 1 name root 0), then all go
+    // through two broadcasts of root 1 while PE 0 is slow to check.
+    let out = common::run(3, cfg(false), |rt, coll| -> Result<Vec<Result<()>>> {
+        let d = rt.malloc::<u64>(4)?;
+        let s = rt.malloc::<u64>(4)?;
+        let me = rt.my_pe();
+        let root = [0, 0, 1][me];
+        let mut r = vec![coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), 1, root)];
+        if me == 0 {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for _ in 0..2 {
+            r.push(coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), 1, 1));
+        }
+        r.push(coll.barrier_all());
+        Ok(r)
+    });
+    assert!(none_timed_out(&out), "{out:?}");
+    let out: Vec<Vec<Result<()>>> = out.into_iter().map(|r| r.unwrap()).collect();
+    assert!(
+        out[2][0].is_err(),
+        "PE 2 named a PE that is not the root: {out:?}"
+    );
+    assert!(
+        out[0][1].is_err(),
+        "the root reports PE 2 at its next call: {out:?}"
+    );
+    assert!(
+        out.iter().all(|o| o[3].is_ok()),
+        "in step afterwards: {out:?}"
+    );
+}
+
+#[test]
+fn an_invalid_root_and_a_member_naming_a_root_out_of_range_do_not_hang() {
+    let out = common::run(3, cfg(false), |rt, coll| -> Result<Vec<Result<()>>> {
+        let d = rt.malloc::<u64>(4)?;
+        let s = rt.malloc::<u64>(4)?;
+        let me = rt.my_pe();
+        let root = [0, 0, 7][me];
+        let dest = if me == 0 { d.slice(..0)? } else { d.as_sym() };
+        Ok(vec![
+            coll.broadcast(&coll.world(), dest, s.as_sym(), 1, root),
+            coll.barrier_all(),
+        ])
+    });
+    assert!(none_timed_out(&out), "{out:?}");
+    let out: Vec<Vec<Result<()>>> = out.into_iter().map(|r| r.unwrap()).collect();
+    assert!(out.iter().all(|o| o[0].is_err() && o[1].is_ok()), "{out:?}");
+}
