@@ -415,6 +415,16 @@ impl Call<'_> {
         }
     }
 
+    /// `local`, unless this call owes a mismatch of this PE's previous call
+    /// ([`Call::late`]): then that error, so that the call's handshake
+    /// carries "invalid arguments".
+    fn with_late(&mut self, local: Result<()>) -> Result<()> {
+        match self.late.take() {
+            Some(e) => Err(e),
+            None => local,
+        }
+    }
+
     /// `w` on world PE `pe`, whose heap is mapped here.
     pub(crate) fn mapped_word(&self, pe: PeId, w: SymRef<u64>) -> Result<&AtomicU64> {
         let p = self
@@ -429,13 +439,7 @@ impl Call<'_> {
     /// Waits until `w` on world PE `pe` (mapped here) carries `tag` in its
     /// upper half; returns the lower half.
     pub(crate) fn wait_tagged_on(&self, pe: PeId, w: SymRef<u64>, tag: u64) -> Result<u32> {
-        let p = self
-            .rt
-            .peer_ptr(w.offset(), pe)?
-            .ok_or_else(|| Error::invalid("team", format!("PE {pe}'s heap is not mapped here")))?;
-        // SAFETY: an 8-aligned word of a heap mapped for the runtime's life,
-        // written only with atomics.
-        let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(p.as_ptr().cast()) };
+        let word = self.mapped_word(pe, w)?;
         let mut got = 0u64;
         self.rt.wait_on_pe(pe, w.offset(), 8, || {
             got = word.load(Ordering::Acquire);
@@ -698,10 +702,7 @@ impl Collectives {
         shared: bool,
     ) -> Result<Call<'a>> {
         let mut call = self.open_call(team, op)?;
-        let local = match call.late.take() {
-            Some(e) => Err(e),
-            None => local,
-        };
+        let local = call.with_late(local);
         let mine = match local {
             Ok(()) => desc.value(),
             Err(_) => BAD_ARGS,
@@ -758,10 +759,7 @@ impl Collectives {
         finish: crate::fold::Finish<'_>,
     ) -> Result<(Call<'a>, crate::fold::FoldBuf)> {
         let mut call = self.open_call(team, op)?;
-        let local = match call.late.take() {
-            Some(e) => Err(e),
-            None => local,
-        };
+        let local = call.with_late(local);
         let value = match local {
             Ok(()) => desc.value(),
             Err(_) => BAD_ARGS,

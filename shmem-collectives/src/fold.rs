@@ -172,20 +172,14 @@ impl Call<'_> {
                 self.fold_area().slice(parity * HALF..parity * HALF + len)
             }
         };
-        let signal = tag | value as u64;
-        if mine.is_empty() {
-            self.rt
-                .signal_op(w, signal, SignalOp::Set, self.pe(1 - me))?;
-        } else {
-            self.rt.put_signal(
-                slot(mine.len())?,
-                mine,
-                w,
-                signal,
-                SignalOp::Set,
-                self.pe(1 - me),
-            )?;
-        }
+        self.rt.put_signal(
+            slot(mine.len())?,
+            mine,
+            w,
+            tag | value as u64,
+            SignalOp::Set,
+            self.pe(1 - me),
+        )?;
         let got = self.wait_tagged(w, tag)?;
         if got != value {
             return Ok((MISMATCH, FoldBuf::new()));
@@ -222,19 +216,14 @@ impl Call<'_> {
         let release = self.word(self.coll.layout.release());
         if me != 0 {
             let w = self.word(self.coll.layout.linear(me));
-            let signal = tag | value as u64;
-            if mine.is_empty() {
-                self.rt.signal_op(w, signal, SignalOp::Set, self.pe(0))?;
-            } else {
-                self.rt.put_signal(
-                    area.slice(me * b..me * b + mine.len())?,
-                    mine,
-                    w,
-                    signal,
-                    SignalOp::Set,
-                    self.pe(0),
-                )?;
-            }
+            self.rt.put_signal(
+                area.slice(me * b..me * b + mine.len())?,
+                mine,
+                w,
+                tag | value as u64,
+                SignalOp::Set,
+                self.pe(0),
+            )?;
             let root = self.pe(0);
             let state = if self.coll.all_mapped {
                 self.wait_tagged_on(root, release, tag)?
@@ -244,14 +233,13 @@ impl Call<'_> {
             if state == MISMATCH || state == BAD_ARGS {
                 return Ok((state, FoldBuf::new()));
             }
-            let mut out = FoldBuf::from_elem(0, result_len);
-            if self.coll.all_mapped {
+            let out = if self.coll.all_mapped {
+                let mut out = FoldBuf::from_elem(0, result_len);
                 self.rt.get_bytes(root, result.offset(), &mut out)?;
+                out
             } else {
-                // SAFETY: team PE 0 wrote the result before the release just
-                // seen, and rewrites it only after this PE enters a later call.
-                out.copy_from_slice(unsafe { self.rt.local_slice(result)? });
-            }
+                FoldBuf::from_vec(self.rt.read_local(result)?)
+            };
             return Ok((state, out));
         }
         let mut state = self.gather_arrivals(tag, value)?;

@@ -231,11 +231,7 @@ impl Collectives {
             }
         }
         let finish = |parts: &[&[u8]], out: &mut [u8]| -> Result<()> {
-            let word = |p: &[u8], k: usize| {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(&p[8 * k..8 * k + 8]);
-                u64::from_le_bytes(w)
-            };
+            let word = le_word;
             let put = |out: &mut [u8], k: usize, v: u64| {
                 out[8 * k..8 * k + 8].copy_from_slice(&v.to_le_bytes())
             };
@@ -286,11 +282,7 @@ impl Collectives {
         let (call, out) = self.begin_folded_call(
             plan, team, "collect", desc, local, describe, contrib, result_len, &finish,
         )?;
-        let word = |k: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&out[8 * k..8 * k + 8]);
-            u64::from_le_bytes(w)
-        };
+        let word = |k: usize| le_word(&out, k);
         match word(0) {
             FOLD_OK => {
                 let n = call.n;
@@ -322,6 +314,13 @@ const FOLD_HEADER: usize = 24;
 const FOLD_OK: u64 = 1;
 const FOLD_SMALL_DEST: u64 = 2;
 const FOLD_FALLBACK: u64 = 3;
+
+/// Little-endian `u64` number `k` of `bytes`.
+fn le_word(bytes: &[u8], k: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&bytes[8 * k..8 * k + 8]);
+    u64::from_le_bytes(w)
+}
 
 fn small_dest(i: usize, pe: PeId, capacity: u64, total: u64) -> Error {
     Error::CollectiveMismatch {

@@ -197,15 +197,15 @@ impl Collectives {
         }
         let root_pe = call.pe(root);
         let slot = call.word(self.layout.push_receipt(parity, call.me));
+        // Also with invalid arguments of its own: the receipt slot is free
+        // once the named PE has reached this publish (it checked its
+        // receipts of two publishes ago when it opened it).
+        let found = wait_for_root(&call, root_pe, parity, seq)?;
         if let Err(e) = local {
-            // The root (if it is one) waits for every receipt; the slot is
-            // free once the named PE has reached this publish (it checked
-            // its receipts of two publishes ago when it opened it).
-            wait_for_root(&call, root_pe, parity, seq)?;
+            // The root (if it is one) waits for every receipt.
             rt.signal_op(slot, tag_of(seq) | BAD_ARGS as u64, SignalOp::Set, root_pe)?;
             return Err(e);
         }
-        let found = wait_for_root(&call, root_pe, parity, seq)?;
         let copied = match found {
             Found::Published(v) if v == value && bytes > 0 => (|| {
                 // SAFETY: this PE's own dest, in the heap (checked); only
