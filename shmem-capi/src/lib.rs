@@ -78,7 +78,10 @@ pub(crate) const CTX_DEFAULT: CtxHandle = 1 as CtxHandle;
 #[inline(always)]
 pub(crate) fn ffi<R>(name: &'static str, body: impl FnOnce(&State) -> shmem::Result<R>) -> R {
     match catch_unwind(AssertUnwindSafe(|| match state::current() {
-        Ok(st) => body(st).map_err(|e| e.to_string()),
+        Ok(st) => body(st).map_err(|e| {
+            state::quiet_if_aborted_elsewhere(st, &e);
+            e.to_string()
+        }),
         Err(()) => Err(state::not_initialized_text()),
     })) {
         Ok(Ok(v)) => v,
@@ -97,6 +100,7 @@ pub(crate) fn ffi_status(
         Ok(match body(st) {
             Ok(()) => 0,
             Err(e) => {
+                state::quiet_if_aborted_elsewhere(st, &e);
                 eprintln!("shmem: PE {}: {name}: {e}", st.rt.my_pe());
                 -1
             }

@@ -89,6 +89,22 @@ pub(crate) fn is_initialized() -> bool {
     STATE.read().unwrap_or_else(|p| p.into_inner()).is_some()
 }
 
+/// When `e` says another PE ended the job, this process is already on its
+/// way out: the bootstrap's reader thread has printed the one line that points
+/// at that PE and is calling `exit` with its status. Saying more here would
+/// print the other PE's message a second time, and a second concurrent `exit`
+/// is undefined, so this thread waits for the process to end (with a late
+/// exit of its own should the reader never get there).
+pub(crate) fn quiet_if_aborted_elsewhere(st: &State, e: &Error) {
+    if let Error::Aborted { pe, status, .. } = e {
+        if *pe != st.rt.my_pe() {
+            mark_leaving();
+            std::thread::sleep(std::time::Duration::from_secs(10));
+            std::process::exit(*status)
+        }
+    }
+}
+
 /// Prints why `name` failed and ends the job.
 pub(crate) fn fatal(name: &str, msg: &str) -> ! {
     mark_leaving();
