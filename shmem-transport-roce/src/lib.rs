@@ -64,6 +64,13 @@ shmem_core::config_var!(
     "RoCE provider: auto (libfabric when every PE finds a provider with FI_RMA|FI_ATOMIC, else sw), ofi (libfabric, loaded at run time; FI_PROVIDER picks its provider), sw (software verbs over TCP) or hw (ibverbs device discovery only: an error naming the devices)"
 );
 
+shmem_core::config_var!(
+    "SHMEM_ROCE_OFI_SIGNAL_MSG",
+    u64,
+    "512",
+    "libfabric providers without write-after-write ordering (tcp;ofi_rxm): put-with-signal data up to this many bytes (at most 512) travels with its signal in one message that the target's progress thread applies and acknowledges; larger data is written first and its signal follows as such a message. 0: data as writes (or ordered byte atomics) and signals as provider atomics"
+);
+
 /// RDMA devices found by the `hw` provider (`Ok(vec![])`: none).
 ///
 /// # Errors

@@ -216,6 +216,17 @@ fn two_hosts_run_the_p2p_and_collectives_suites() {
             &h.job(1, "signal_stress", &env),
             &format!("signal_stress on 2 hosts x 1 PE, {prov}"),
         );
+        if prov == "ofi/tcp" {
+            // Signals as provider atomics (data as ordered byte atomics or
+            // writes first) instead of one message applied by the target.
+            let atomics = with(&env, &[("SHMEM_ROCE_OFI_SIGNAL_MSG", "0")]);
+            for scenario in ["signals", "signal_stress"] {
+                run_ok(
+                    &h.job(2, scenario, &atomics),
+                    &format!("{scenario} on 2 hosts x 2 PEs, {prov}, signal messages off"),
+                );
+            }
+        }
         run_ok(
             &h.job(
                 2,

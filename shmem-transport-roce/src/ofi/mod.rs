@@ -41,13 +41,22 @@
 //! after the link timeout could still write into it, as with any RDMA
 //! library that abandons a request.
 //!
-//! Ordering of put-with-signal on providers without `FI_ORDER_WAW`
-//! (`tcp;ofi_rxm` advertises only RMA-after-RMA and atomic-after-atomic
-//! ordering): data up to the provider's atomic size (at most 4 KiB) goes as
-//! a byte-array `FI_ATOMIC_WRITE`, which atomic-after-atomic ordering puts
-//! before the signal atomic posted right after it; larger data is written
-//! with delivery completion and the signal posted once it completed (one
-//! extra round trip).
+//! Signals on providers without `FI_ORDER_WAW` (`tcp;ofi_rxm` advertises
+//! only RMA-after-RMA and atomic-after-atomic ordering): a put-with-signal
+//! with up to `SHMEM_ROCE_OFI_SIGNAL_MSG` bytes of data (512 by default)
+//! is one message, which the target's progress thread applies: it copies
+//! the data into its heap, updates the signal word with a CPU atomic (as a
+//! local signal does, so remote and local signal updates are atomic with
+//! respect to each other), rings its waiters and sends back an
+//! acknowledgement that completes the operation for `quiet` and `fence`.
+//! That is one message on the critical path where a write (or byte
+//! atomic) followed by a signal atomic cost two, the second 15-18 us on
+//! `tcp;ofi_rxm` here. Larger data is written with delivery completion and
+//! its signal follows as such a message; `signal_set`/`signal_add` are
+//! messages too. With `SHMEM_ROCE_OFI_SIGNAL_MSG=0` the data goes as a
+//! byte-array `FI_ATOMIC_WRITE` (ordered before the signal atomic posted
+//! right after it) up to the provider's atomic size, larger data waits for
+//! delivery before the signal atomic.
 
 pub mod ffi;
 
@@ -73,11 +82,27 @@ use ffi::*;
 
 /// Largest single transfer posted, also when the provider allows more.
 pub const MAX_CHUNK: usize = 4 << 20;
-/// Receive buffers for wake messages kept posted.
+/// Receive buffers for wake, signal and acknowledgement messages kept posted.
 const RX_BUFFERS: usize = 64;
+/// Bytes of one receive buffer: a signal message's header and up to
+/// [`SIGNAL_MSG_MAX`] bytes of data.
+const RX_LEN: usize = SIGNAL_HEADER + SIGNAL_MSG_MAX;
 /// Bytes of one wake message.
 const WAKE_LEN: usize = 40;
 const WAKE_MAGIC: u64 = 0x5348_4d57_414b_4531; // "SHMWAKE1"
+/// First word of an acknowledgement of a signal message (then its id).
+const ACK_MAGIC: u64 = 0x5348_4d41_434b_5331; // "SHMACKS1"
+const ACK_LEN: usize = 16;
+/// Low 16 bits of the first word of a signal message.
+const SIGNAL_TAG: u64 = 0x4d53; // "SM"
+/// Bytes of a signal message before its data: tag|op|flags|from, id, dst,
+/// len, sig, value.
+const SIGNAL_HEADER: usize = 48;
+/// Most data bytes a put-with-signal carries in its signal message.
+pub const SIGNAL_MSG_MAX: usize = 512;
+/// Signal message flag: the data follows the header (else `dst`/`len`
+/// only name bytes an earlier write delivered, for the wake).
+const SIGNAL_INLINE: u64 = 1;
 /// Blocking puts copy their source into a bounce buffer (so they return at
 /// once); this many bytes of bounce buffers may be in flight.
 const BOUNCE_LIMIT: usize = 64 << 20;
@@ -294,6 +319,9 @@ pub fn probe(node: Option<IpAddr>) -> std::result::Result<Found, String> {
 /// Kinds of operation contexts.
 const KIND_TX: u64 = 1;
 const KIND_RX: u64 = 2;
+/// The send of a signal message too large to inject: its completion only
+/// frees the bytes (the target's acknowledgement completes the operation).
+const KIND_SIGNAL_SEND: u64 = 3;
 
 /// The context of one posted operation: owned by the provider from post to
 /// completion-queue entry (leaked if that never comes).
@@ -310,12 +338,12 @@ struct OpCtx {
     bounce: Vec<u8>,
 }
 
-/// A receive buffer for wake messages.
+/// A receive buffer for wake, signal and acknowledgement messages.
 #[repr(C)]
 struct RxCtx {
     fictx: fi_context2,
     kind: u64,
-    buf: [u8; 64],
+    buf: [u8; RX_LEN],
 }
 
 /// Two (offset, length) byte ranges of a peer's heap to wake it for.
@@ -384,6 +412,12 @@ struct Inner {
     next_id: AtomicU64,
     bounce_bytes: AtomicU64,
     wakes: Mutex<VecDeque<(PeId, Spans)>>,
+    /// Acknowledgements of signal messages not sent yet: (PE, id).
+    acks: Mutex<VecDeque<(PeId, u64)>>,
+    /// Put-with-signal data up to this many bytes goes in one signal
+    /// message applied by the target's progress thread (0: signals are
+    /// provider atomics).
+    signal_msg_max: Option<usize>,
     rx: Vec<*mut RxCtx>,
     base: *mut u8,
     heap_size: usize,
@@ -564,7 +598,7 @@ impl Inner {
             let rx = c as *mut RxCtx;
             if error.is_none() {
                 // SAFETY: an RxCtx owned by the engine, its buffer now filled.
-                unsafe { self.on_wake(&(*rx).buf) };
+                unsafe { self.on_message(&(*rx).buf) };
             }
             if !self.stopping.load(Ordering::SeqCst) {
                 self.post_rx(rx);
@@ -574,15 +608,30 @@ impl Inner {
         // SAFETY: a TX context boxed by `track` and handed to the provider,
         // which returns it exactly once.
         let ctx = unsafe { Box::from_raw(c as *mut OpCtx) };
+        if kind == KIND_SIGNAL_SEND && error.is_none() {
+            // Sent; the target's acknowledgement finishes the operation.
+            return;
+        }
         self.finish(ctx.id, ctx.result, error);
     }
 
-    /// Handles a wake message: rings this PE's waiters on the spans.
+    /// Handles a received message: a wake rings this PE's waiters on its
+    /// spans, a signal message is applied, an acknowledgement finishes the
+    /// signal message it names.
     ///
     /// # Safety
     /// `self.base` is this PE's heap.
-    unsafe fn on_wake(&self, b: &[u8; 64]) {
+    unsafe fn on_message(&self, b: &[u8; RX_LEN]) {
         let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        if w(0) == ACK_MAGIC {
+            self.finish(w(1), 0, None);
+            return;
+        }
+        if w(0) & 0xffff == SIGNAL_TAG {
+            // SAFETY: as for this function.
+            unsafe { self.on_signal(b) };
+            return;
+        }
         if w(0) != WAKE_MAGIC {
             return;
         }
@@ -600,6 +649,105 @@ impl Inner {
         unsafe { ring(self.base as *const ControlBlock, &spans) };
     }
 
+    /// Applies a signal message: its data (when inline) into this PE's
+    /// heap, then the signal update (a CPU atomic, like a local signal's),
+    /// rings the waiters on both, and acknowledges it to the sender.
+    ///
+    /// # Safety
+    /// `self.base` is this PE's heap.
+    unsafe fn on_signal(&self, b: &[u8; RX_LEN]) {
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        let head = w(0);
+        let op = (head >> 16) & 0xff;
+        let flags = (head >> 24) & 0xff;
+        let from = (head >> 32) as usize;
+        let (id, dst, len, sig, value) = (w(1), w(2), w(3), w(4), w(5));
+        let heap = self.heap_size as u64;
+        let inline = flags & SIGNAL_INLINE != 0;
+        let fits = dst.checked_add(len).is_some_and(|e| e <= heap)
+            && (!inline || len as usize <= SIGNAL_MSG_MAX)
+            && sig % 8 == 0
+            && sig.checked_add(8).is_some_and(|e| e <= heap)
+            && (op == 1 || op == 2);
+        if !fits {
+            // Only a mismatched library build sends such a message; say
+            // so, and acknowledge it so that the sender does not hang.
+            shmem_log!(
+                Warn,
+                "ROCE/ofi: PE {from} sent a signal message outside this PE's heap (dst {dst}, {len} B, signal at {sig}); ignored"
+            );
+        } else {
+            if inline && len > 0 {
+                // SAFETY: `dst..dst+len` is inside this PE's heap (checked);
+                // the bytes follow the header in the receive buffer.
+                unsafe {
+                    ptr::copy_nonoverlapping(
+                        b.as_ptr().add(SIGNAL_HEADER),
+                        self.base.add(dst as usize),
+                        len as usize,
+                    );
+                }
+            }
+            // SAFETY: an aligned word inside this PE's heap (checked), which
+            // other PEs' signals also update only atomically.
+            let word = unsafe { &*(self.base.add(sig as usize) as *const AtomicU64) };
+            // SeqCst: the data copied above is visible before the signal.
+            if op == 1 {
+                word.store(value, Ordering::SeqCst);
+            } else {
+                word.fetch_add(value, Ordering::SeqCst);
+            }
+            let spans = [
+                Span::bytes(sig as usize, 8),
+                Span::bytes(dst as usize, len as usize),
+            ];
+            // SAFETY: our heap starts with its control block.
+            unsafe { ring(self.base as *const ControlBlock, &spans) };
+        }
+        self.send_ack(from, id);
+    }
+
+    /// Acknowledges signal message `id` to `pe` (at once when the provider
+    /// takes it, else queued for [`Inner::flush_wakes`]).
+    fn send_ack(&self, pe: PeId, id: u64) {
+        let Ok(p) = self.peer(pe) else { return };
+        let mut m = [0u8; ACK_LEN];
+        m[..8].copy_from_slice(&ACK_MAGIC.to_le_bytes());
+        m[8..].copy_from_slice(&id.to_le_bytes());
+        let ep = self.raw.ep;
+        // SAFETY: open endpoint; inject copies the bytes before returning.
+        let r = unsafe { ((*(*ep).msg).inject)(ep, m.as_ptr().cast(), ACK_LEN, p.addr) };
+        if r == -(FI_EAGAIN as isize) {
+            self.acks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back((pe, id));
+        }
+    }
+
+    /// Sends the acknowledgements queued by [`Inner::send_ack`]; unlike a
+    /// wake, an acknowledgement is never dropped while its peer lives (the
+    /// sender's `quiet` waits for it).
+    fn flush_acks(&self) {
+        loop {
+            let next = self
+                .acks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
+            let Some((pe, id)) = next else { return };
+            let Ok(p) = self.peer(pe) else { continue };
+            let mut m = [0u8; ACK_LEN];
+            m[..8].copy_from_slice(&ACK_MAGIC.to_le_bytes());
+            m[8..].copy_from_slice(&id.to_le_bytes());
+            let ep = self.raw.ep;
+            let _ = self.post(pe, || {
+                // SAFETY: open endpoint; inject copies the bytes before returning.
+                unsafe { ((*(*ep).msg).inject)(ep, m.as_ptr().cast(), ACK_LEN, p.addr) }
+            });
+        }
+    }
+
     fn post_rx(&self, rx: *mut RxCtx) {
         let ep = self.raw.ep;
         for _ in 0..1000 {
@@ -609,7 +757,7 @@ impl Inner {
                 ((*(*ep).msg).recv)(
                     ep,
                     (*rx).buf.as_mut_ptr().cast(),
-                    64,
+                    RX_LEN,
                     ptr::null_mut(),
                     u64::MAX,
                     rx.cast(),
@@ -622,8 +770,10 @@ impl Inner {
         }
     }
 
-    /// Sends the queued wake messages (best effort: a wake is a hint).
+    /// Sends the queued acknowledgements, then the queued wake messages
+    /// (best effort: a wake is a hint).
     fn flush_wakes(&self) {
+        self.flush_acks();
         loop {
             let next = self
                 .wakes
@@ -1024,6 +1174,7 @@ impl Ofi {
             reason,
             available: shmem_core::transport::registered_names(),
         };
+        let signal_msg = init.config.var::<u64>("SHMEM_ROCE_OFI_SIGNAL_MSG")?;
         let api = Api::load().map_err(unavailable)?;
         let node = bs.local_ip();
         let opened = {
@@ -1102,6 +1253,14 @@ impl Ofi {
                 return Err(e);
             }
         };
+        // Providers that do not order writes after writes pay a round trip
+        // (or a second message) for every put-with-signal's signal: there
+        // the data and the signal go as one message instead.
+        let signal_msg_max = if opened.ordered {
+            None
+        } else {
+            (signal_msg > 0).then(|| (signal_msg as usize).min(SIGNAL_MSG_MAX))
+        };
         let info = format!(
             "provider {}, fabric {}, domain {}, MR mode {}, {} progress, {}, max transfer {} B, inject {} B",
             opened.provider,
@@ -1111,6 +1270,10 @@ impl Ofi {
             if opened.progress == FI_PROGRESS_MANUAL { "manual" } else { "auto" },
             if opened.ordered {
                 "writes ordered (FI_ORDER_WAW)".to_string()
+            } else if let Some(max) = signal_msg_max {
+                format!(
+                    "writes unordered (signals as messages applied by the target, with put-with-signal data up to {max} B)"
+                )
             } else if opened.native.byte_write_max > 0 {
                 format!(
                     "writes unordered (put-with-signal data up to {} B as ordered byte atomics, larger waits for delivery)",
@@ -1127,7 +1290,7 @@ impl Ofi {
                 Box::into_raw(Box::new(RxCtx {
                     fictx: fi_context2::default(),
                     kind: KIND_RX,
-                    buf: [0; 64],
+                    buf: [0; RX_LEN],
                 }))
             })
             .collect();
@@ -1146,6 +1309,8 @@ impl Ofi {
             next_id: AtomicU64::new(1),
             bounce_bytes: AtomicU64::new(0),
             wakes: Mutex::new(VecDeque::new()),
+            acks: Mutex::new(VecDeque::new()),
+            signal_msg_max,
             rx,
             base,
             heap_size,
@@ -1494,6 +1659,93 @@ impl Ofi {
         Ok((done, out))
     }
 
+    /// Sends a signal message: the target's progress thread writes `data`
+    /// (when `inline`; else `dst`/`len` only name bytes already delivered,
+    /// for the wake) and then updates the signal word at `sig`, rings its
+    /// waiters and acknowledges; the acknowledgement completes the returned
+    /// operation (so `quiet` and `fence` wait for it).
+    #[allow(clippy::too_many_arguments)]
+    fn post_signal_msg(
+        &self,
+        pe: PeId,
+        dst: usize,
+        len: usize,
+        inline: Option<&[u8]>,
+        sig: usize,
+        op: SignalOp,
+        value: u64,
+    ) -> Result<Completion> {
+        let i = &*self.inner;
+        let p = i.peer(pe)?;
+        let data = inline.unwrap_or(&[]);
+        let total = SIGNAL_HEADER + data.len();
+        if total > RX_LEN {
+            return Err(err(format!(
+                "a signal message carries at most {SIGNAL_MSG_MAX} B of data, not {}",
+                data.len()
+            )));
+        }
+        let done = Completion::pending(1);
+        let mut ctx = i.track(Track {
+            pe,
+            done: done.clone(),
+            out: None,
+            bounce: 0,
+            wake: None,
+            posted: Instant::now(),
+        });
+        let op_code: u64 = match op {
+            SignalOp::Set => 1,
+            SignalOp::Add => 2,
+        };
+        let flags = if inline.is_some() { SIGNAL_INLINE } else { 0 };
+        let head = SIGNAL_TAG | op_code << 16 | flags << 24 | (i.my_pe as u64) << 32;
+        let mut m = [0u8; RX_LEN];
+        let words = [head, ctx.id, dst as u64, len as u64, sig as u64, value];
+        for (k, v) in words.iter().enumerate() {
+            m[k * 8..k * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        m[SIGNAL_HEADER..total].copy_from_slice(data);
+        let ep = i.raw.ep;
+        let r = if total <= i.inject_size {
+            let id = ctx.id;
+            drop(ctx);
+            let r = i.post(pe, || {
+                // SAFETY: open endpoint; inject copies the bytes before returning.
+                unsafe { ((*(*ep).msg).inject)(ep, m.as_ptr().cast(), total, p.addr) }
+            });
+            if let Err(why) = &r {
+                i.finish(id, 0, Some(why.clone()));
+            }
+            r
+        } else {
+            ctx.kind = KIND_SIGNAL_SEND;
+            ctx.bounce = m[..total].to_vec();
+            let buf = ctx.bounce.as_ptr();
+            let raw_ctx = Box::into_raw(ctx);
+            let r = i.post(pe, || {
+                // SAFETY: open endpoint; the message lives in the context
+                // until its completion.
+                unsafe {
+                    ((*(*ep).msg).send)(
+                        ep,
+                        buf.cast(),
+                        total,
+                        ptr::null_mut(),
+                        p.addr,
+                        raw_ctx.cast(),
+                    )
+                }
+            });
+            if let Err(why) = &r {
+                i.unpost(raw_ctx, why);
+            }
+            r
+        };
+        r.map_err(|why| Error::PeerExited { pe, detail: why })?;
+        Ok(done)
+    }
+
     /// Posts `data` as an `FI_ATOMIC_WRITE` of bytes (copied first; at most
     /// [`NativeAmo::byte_write_max`] bytes) with delivery completion.
     fn post_atomic_bytes(&self, pe: PeId, off: usize, data: &[u8]) -> Result<Completion> {
@@ -1747,6 +1999,14 @@ impl Transport for Ofi {
     }
 
     unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
+        if self.inner.signal_msg_max.is_some() {
+            let done = self.post_signal_msg(pe, sig, 0, None, sig, op, value)?;
+            if self.inner.auto_progress {
+                // As below: the signal has left this process on return.
+                self.inner.wait(&done)?;
+            }
+            return Ok(());
+        }
         let n = &self.inner.native;
         let wake = Some([(sig as u64, 8), (0, 0)]);
         let (code, native) = match op {
@@ -1785,6 +2045,24 @@ impl Transport for Ofi {
         nbi: bool,
     ) -> Result<()> {
         let ordered = self.inner.ordered;
+        if let Some(max) = self.inner.signal_msg_max {
+            let done = if len <= max {
+                // SAFETY: the caller keeps `src` valid for `len` bytes; they
+                // are copied into the message before this returns.
+                let data = unsafe { std::slice::from_raw_parts(src, len) };
+                self.post_signal_msg(pe, dst, len, Some(data), sig, op, value)?
+            } else {
+                // The signal may only go once the data is in place.
+                let data = self.post_rma(pe, true, dst, src as *mut u8, len, !nbi, None)?;
+                self.inner.wait(&data)?;
+                self.post_signal_msg(pe, dst, len, None, sig, op, value)?
+            };
+            if self.inner.auto_progress && !nbi {
+                // As in `signal`.
+                self.inner.wait(&done)?;
+            }
+            return Ok(());
+        }
         let n = &self.inner.native;
         let signal_native = match op {
             SignalOp::Set => n.signal_set,

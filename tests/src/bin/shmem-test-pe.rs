@@ -298,7 +298,7 @@ fn signals(pe: &Shmem) -> Result<()> {
     let (me, n) = (pe.my_pe(), pe.n_pes());
     let (r, l) = (right(me, n), left(me, n));
     let data = pe.calloc::<u64>(256)?;
-    let sig = pe.calloc::<u64>(4)?;
+    let sig = pe.calloc::<u64>(5)?;
     let s0 = sig.at(0)?;
     let block: Vec<u64> = (0..256).map(|i| i * 7 + me as u64).collect();
     pe.put_signal(&data, &block, s0, 1, SignalOp::Set, r)?;
@@ -345,6 +345,28 @@ fn signals(pe: &Shmem) -> Result<()> {
         pe.read_local(data.slice(0..4)?)? == vec![l as u64; 4],
         "put_signal_nbi data"
     );
+    // Completion: once quiet returns, the initiator's own gets find the
+    // data and the signal in the target's memory (engines that apply
+    // signals on the target's side complete them only when it has).
+    pe.barrier_all()?;
+    let mark = [0x5157_0000 + me as u64; 2];
+    for (k, sig_word) in [(0usize, 40 + me as u64), (1, 41 + me as u64)] {
+        pe.put_signal(
+            data.slice(8 + 2 * k..10 + 2 * k)?,
+            &mark,
+            sig.at(4)?,
+            sig_word,
+            SignalOp::Set,
+            r,
+        )?;
+        pe.quiet()?;
+        let mut back = [0u64; 2];
+        pe.get(&mut back, data.slice(8 + 2 * k..10 + 2 * k)?, r)?;
+        check!(me, back == mark, "put_signal data after quiet: {back:?}");
+        let mut word = [0u64; 1];
+        pe.get(&mut word, sig.slice(4..5)?, r)?;
+        check!(me, word[0] == sig_word, "signal after quiet: {}", word[0]);
+    }
     pe.barrier_all()?;
     pe.free(sig)?;
     pe.free(data)
