@@ -219,10 +219,17 @@ pub(crate) fn new_team_handle(team: Team) -> TeamHandle {
 
 impl State {
     /// The context behind a handle (`None`: the default context).
+    #[inline(always)]
     pub(crate) fn ctx<'a>(&self, ctx: CtxHandle) -> Result<Option<&'a CtxInner>> {
         if ctx == CTX_DEFAULT {
             return Ok(None);
         }
+        Self::other_ctx(ctx)
+    }
+
+    /// [`State::ctx`] for a handle other than the default context.
+    #[inline(never)]
+    fn other_ctx<'a>(ctx: CtxHandle) -> Result<Option<&'a CtxInner>> {
         if ctx.is_null() {
             return Err(Error::invalid("ctx", "is SHMEM_CTX_INVALID"));
         }

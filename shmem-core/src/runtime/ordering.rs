@@ -20,6 +20,7 @@ impl Runtime {
     /// After finalize; when an engine fails; and once any PE has been
     /// reported dead (naming it), since operations to it cannot have
     /// completed.
+    #[inline]
     pub fn quiet(&self) -> Result<()> {
         self.live()?;
         let r = self
