@@ -26,21 +26,21 @@ impl State {
     }
 }
 
-// Inlined into each exported function, so that the op is a constant there.
+// Inlined into each exported function; `make` builds the op from the two
+// operand words inside the closure, so that every function gets its own
+// monomorphised body with the op a constant there (one shared body per
+// type, with the op passed at run time, dispatched on it twice per call).
 #[inline(always)]
 fn amo_t<T: AtomicElement>(
     name: &'static str,
     ctx: CtxHandle,
     target: *const T,
-    op: AmoOp,
+    (a, b): (u64, u64),
+    make: impl Fn(u64, u64) -> AmoOp,
     pe: c_int,
 ) -> T {
-    // The op crosses into the closure as three words: a 24-byte enum read
-    // back with wide loads right after narrow stores stalled the call on
-    // store forwarding (a third of an 8-byte atomic's time).
-    let (kind, a, b) = split(op);
     ffi(name, |st| {
-        let op = join(kind, a, b);
+        let op = make(a, b);
         // The common case: a heap word in world numbering (the runtime
         // checks range and alignment).
         if let Some(off) = st.fast_heap_offset(ctx, target.cast()) {
@@ -50,34 +50,6 @@ fn amo_t<T: AtomicElement>(
         st.amo(ctx, target.cast(), T::WIDTH, op, pe)
             .map(T::from_bits)
     })
-}
-
-#[inline(always)]
-fn split(op: AmoOp) -> (u64, u64, u64) {
-    match op {
-        AmoOp::Fetch => (0, 0, 0),
-        AmoOp::Set(v) => (1, v, 0),
-        AmoOp::Swap(v) => (2, v, 0),
-        AmoOp::CompareSwap { cond, value } => (3, cond, value),
-        AmoOp::Add(v) => (4, v, 0),
-        AmoOp::And(v) => (5, v, 0),
-        AmoOp::Or(v) => (6, v, 0),
-        AmoOp::Xor(v) => (7, v, 0),
-    }
-}
-
-#[inline(always)]
-fn join(kind: u64, a: u64, b: u64) -> AmoOp {
-    match kind {
-        0 => AmoOp::Fetch,
-        1 => AmoOp::Set(a),
-        2 => AmoOp::Swap(a),
-        3 => AmoOp::CompareSwap { cond: a, value: b },
-        4 => AmoOp::Add(a),
-        5 => AmoOp::And(a),
-        6 => AmoOp::Or(a),
-        _ => AmoOp::Xor(a),
-    }
 }
 
 fn store<T>(name: &'static str, fetch: *mut T, value: T) {
@@ -90,7 +62,14 @@ fn store<T>(name: &'static str, fetch: *mut T, value: T) {
 
 #[inline(always)]
 unsafe fn fetch_t<T: AtomicElement>(ctx: CtxHandle, src: *const T, pe: c_int) -> T {
-    amo_t("shmem_atomic_fetch", ctx, src, AmoOp::Fetch, pe)
+    amo_t(
+        "shmem_atomic_fetch",
+        ctx,
+        src,
+        (0, 0),
+        |_, _| AmoOp::Fetch,
+        pe,
+    )
 }
 #[inline(always)]
 unsafe fn set_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
@@ -98,7 +77,8 @@ unsafe fn set_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_
         "shmem_atomic_set",
         ctx,
         dest,
-        AmoOp::Set(value.to_bits()),
+        (value.to_bits(), 0),
+        |a, _| AmoOp::Set(a),
         pe,
     );
 }
@@ -108,7 +88,8 @@ unsafe fn swap_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c
         "shmem_atomic_swap",
         ctx,
         dest,
-        AmoOp::Swap(value.to_bits()),
+        (value.to_bits(), 0),
+        |a, _| AmoOp::Swap(a),
         pe,
     )
 }
@@ -120,11 +101,14 @@ unsafe fn cswap_t<T: AtomicElement>(
     value: T,
     pe: c_int,
 ) -> T {
-    let op = AmoOp::CompareSwap {
-        cond: cond.to_bits(),
-        value: value.to_bits(),
-    };
-    amo_t("shmem_atomic_compare_swap", ctx, dest, op, pe)
+    amo_t(
+        "shmem_atomic_compare_swap",
+        ctx,
+        dest,
+        (cond.to_bits(), value.to_bits()),
+        |cond, value| AmoOp::CompareSwap { cond, value },
+        pe,
+    )
 }
 #[inline(always)]
 unsafe fn fetch_add_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) -> T {
@@ -132,7 +116,8 @@ unsafe fn fetch_add_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, 
         "shmem_atomic_fetch_add",
         ctx,
         dest,
-        AmoOp::Add(value.to_bits()),
+        (value.to_bits(), 0),
+        |a, _| AmoOp::Add(a),
         pe,
     )
 }
@@ -142,17 +127,32 @@ unsafe fn add_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_
         "shmem_atomic_add",
         ctx,
         dest,
-        AmoOp::Add(value.to_bits()),
+        (value.to_bits(), 0),
+        |a, _| AmoOp::Add(a),
         pe,
     );
 }
 #[inline(always)]
 unsafe fn fetch_inc_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, pe: c_int) -> T {
-    amo_t("shmem_atomic_fetch_inc", ctx, dest, AmoOp::Add(1), pe)
+    amo_t(
+        "shmem_atomic_fetch_inc",
+        ctx,
+        dest,
+        (1, 0),
+        |a, _| AmoOp::Add(a),
+        pe,
+    )
 }
 #[inline(always)]
 unsafe fn inc_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, pe: c_int) {
-    amo_t::<T>("shmem_atomic_inc", ctx, dest, AmoOp::Add(1), pe);
+    amo_t::<T>(
+        "shmem_atomic_inc",
+        ctx,
+        dest,
+        (1, 0),
+        |a, _| AmoOp::Add(a),
+        pe,
+    );
 }
 #[inline(always)]
 unsafe fn fetch_and_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) -> T {
@@ -160,7 +160,8 @@ unsafe fn fetch_and_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, 
         "shmem_atomic_fetch_and",
         ctx,
         dest,
-        AmoOp::And(value.to_bits()),
+        (value.to_bits(), 0),
+        |a, _| AmoOp::And(a),
         pe,
     )
 }
@@ -170,7 +171,8 @@ unsafe fn and_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_
         "shmem_atomic_and",
         ctx,
         dest,
-        AmoOp::And(value.to_bits()),
+        (value.to_bits(), 0),
+        |a, _| AmoOp::And(a),
         pe,
     );
 }
@@ -180,13 +182,21 @@ unsafe fn fetch_or_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, p
         "shmem_atomic_fetch_or",
         ctx,
         dest,
-        AmoOp::Or(value.to_bits()),
+        (value.to_bits(), 0),
+        |a, _| AmoOp::Or(a),
         pe,
     )
 }
 #[inline(always)]
 unsafe fn or_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
-    amo_t::<T>("shmem_atomic_or", ctx, dest, AmoOp::Or(value.to_bits()), pe);
+    amo_t::<T>(
+        "shmem_atomic_or",
+        ctx,
+        dest,
+        (value.to_bits(), 0),
+        |a, _| AmoOp::Or(a),
+        pe,
+    );
 }
 #[inline(always)]
 unsafe fn fetch_xor_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) -> T {
@@ -194,7 +204,8 @@ unsafe fn fetch_xor_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, 
         "shmem_atomic_fetch_xor",
         ctx,
         dest,
-        AmoOp::Xor(value.to_bits()),
+        (value.to_bits(), 0),
+        |a, _| AmoOp::Xor(a),
         pe,
     )
 }
@@ -204,7 +215,8 @@ unsafe fn xor_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_
         "shmem_atomic_xor",
         ctx,
         dest,
-        AmoOp::Xor(value.to_bits()),
+        (value.to_bits(), 0),
+        |a, _| AmoOp::Xor(a),
         pe,
     );
 }
