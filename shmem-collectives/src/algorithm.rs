@@ -63,7 +63,9 @@ algorithm_enum! {
     BarrierAlgorithm, "SHMEM_BARRIER_ALGORITHM" {
         /// ceil(log2 n) rounds; in round k PE i signals PE i + 2^k.
         Dissemination = "dissemination",
-        /// Everyone signals team PE 0, which releases everyone.
+        /// Centralised at team PE 0: where every PE maps PE 0's heap, each
+        /// PE counts itself in there and the last to arrive releases
+        /// everyone; otherwise everyone signals PE 0, which releases them.
         Linear = "linear" | "central",
     }
 }
@@ -190,9 +192,9 @@ impl AlgorithmChoice {
     }
 
     /// Barrier algorithm when some node runs more PEs than it has cores
-    /// (`oversubscribed`): there a linear gather/release needs fewer context
-    /// switches than the log(n) rounds of dissemination, each of which must
-    /// wait for its partner to be scheduled.
+    /// (`oversubscribed`): there the centralised handshake needs fewer
+    /// context switches than the log(n) rounds of dissemination, each of
+    /// which must wait for its partner to be scheduled.
     pub fn barrier_for(&self, oversubscribed: bool) -> BarrierAlgorithm {
         self.barrier.unwrap_or(if oversubscribed {
             BarrierAlgorithm::Linear

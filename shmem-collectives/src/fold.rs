@@ -7,14 +7,16 @@
 //! that does not (different arguments, or another collective) still meet
 //! on the same words and both report the mismatch.
 //!
-//! With the linear handshake (PEs outnumber cores) every member puts its
-//! contribution into its slot of team PE 0's fold area with its arrival
-//! signal; PE 0 computes the result into its own fold area and releases.
-//! When every PE maps every heap, members read the result from PE 0's
-//! memory (one release word, one wake-up); otherwise PE 0 puts it to each
-//! member with its release signal. Where PEs must be scheduled in turn, one
-//! gather and release instead of a handshake plus log2(n) data rounds is
-//! what makes a small allreduce cost about one barrier.
+//! With the linear handshake (PEs outnumber cores) every PE puts its
+//! contribution into its slot of team PE 0's fold area. When every PE maps
+//! every heap the handshake is counted ([`Call::count_arrival`]): the last
+//! PE to count itself in computes the result into PE 0's fold area and
+//! releases, and everyone reads the result there. Otherwise each member's
+//! contribution travels with its arrival signal, PE 0 computes the result
+//! and puts it to each member with its release signal. Where PEs must be
+//! scheduled in turn, one arrival and release instead of a handshake plus
+//! log2(n) data rounds is what makes a small allreduce cost about one
+//! barrier.
 //!
 //! With two PEs and cores to spare (the dissemination handshake is one
 //! exchange) each PE puts its contribution into the other's fold area,
@@ -141,6 +143,9 @@ impl Call<'_> {
         let seq = self.state.seq;
         let tag = (seq & 0xFFFF_FFFF) << 32;
         match plan {
+            FoldPlan::Linear if self.counted() => {
+                self.fold_counted(seq, tag, value, contrib, result_len, finish)
+            }
             FoldPlan::Linear => self.fold_linear(tag, value, contrib, result_len, finish),
             FoldPlan::Pair => self.fold_pair(seq, tag, value, contrib, result_len, finish),
         }
@@ -199,6 +204,72 @@ impl Call<'_> {
         let mut out = FoldBuf::from_elem(0, result_len);
         finish(&parts, &mut out)?;
         Ok((value, out))
+    }
+
+    /// The counted handshake ([`Call::count_arrival`]) carrying data: every
+    /// PE puts its contribution into its slot of team PE 0's fold area,
+    /// then counts itself in; the last arrival computes the result from the
+    /// slots into PE 0's result half and releases; everyone reads the
+    /// result there. Slots and result are reused safely as in
+    /// [`Call::fold_linear`]: a PE writes its slot again only after this
+    /// call's release (made after the last arrival read every slot), and
+    /// the result is rewritten only by a later call's last arrival, which
+    /// needs every PE to have arrived there, past reading this one.
+    fn fold_counted(
+        &mut self,
+        seq: u64,
+        tag: u64,
+        value: u32,
+        contrib: Contrib<'_>,
+        result_len: usize,
+        finish: Finish<'_>,
+    ) -> Result<(u32, FoldBuf)> {
+        let (me, n, b) = (self.me, self.n, contrib.each);
+        let root = self.pe(0);
+        let area = self.fold_area();
+        let result = area.slice(HALF..HALF + result_len)?;
+        if !contrib.mine.is_empty() {
+            self.rt.put(
+                area.slice(me * b..me * b + contrib.mine.len())?,
+                contrib.mine,
+                root,
+            )?;
+        }
+        let (mut state, last) = self.count_arrival(seq, value)?;
+        if !last {
+            state = self.wait_tagged_on(root, self.word(self.coll.layout.release()), tag)?;
+            if state == MISMATCH || state == BAD_ARGS {
+                return Ok((state, FoldBuf::new()));
+            }
+            let mut out = FoldBuf::from_elem(0, result_len);
+            self.rt.get_bytes(root, result.offset(), &mut out)?;
+            return Ok((state, out));
+        }
+        let mut out = FoldBuf::from_elem(0, result_len);
+        let mut failed = None;
+        if state != MISMATCH && state != BAD_ARGS {
+            // SAFETY: every PE wrote its slot before counting itself in,
+            // which this last arrival has seen; none writes it again before
+            // the release below.
+            let slots = unsafe { self.mapped_bytes(root, area.offset(), n * b)? };
+            let parts: SmallVec<[&[u8]; 8]> = (0..n)
+                .map(|j| &slots[j * b..j * b + contrib.len_of(j)])
+                .collect();
+            if let Err(e) = finish(&parts, &mut out) {
+                // Release the others anyway (they see "invalid arguments"),
+                // then report it here.
+                state = BAD_ARGS;
+                failed = Some(e);
+            }
+            if failed.is_none() {
+                self.rt.put(result, &out, root)?;
+            }
+        }
+        self.release_counted(tag, state)?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((state, out)),
+        }
     }
 
     fn fold_linear(

@@ -388,7 +388,8 @@ pub unsafe fn wait_until<E>(
     }
     let start = Instant::now();
     let mut spins = 0u32;
-    loop {
+    // No spin at all (PEs outnumber cores): straight to yielding.
+    while !policy.spin.is_zero() {
         for _ in 0..64 {
             if ready() {
                 return Ok(());
