@@ -523,6 +523,23 @@ impl Call<'_> {
         Ok(unsafe { std::slice::from_raw_parts(p.as_ptr(), len) })
     }
 
+    /// Stores `bytes` at heap offset `off` of world PE `pe`, whose heap is
+    /// mapped here, with the CPU: unlike an engine's put (which promises
+    /// only that the source is reusable), the bytes are visible to any PE
+    /// that later sees a store this PE makes after it.
+    pub(crate) fn mapped_write(&self, pe: PeId, off: usize, bytes: &[u8]) -> Result<()> {
+        self.rt.check_range(off, bytes.len())?;
+        let p = self
+            .rt
+            .peer_ptr(off, pe)?
+            .ok_or_else(|| Error::invalid("team", format!("PE {pe}'s heap is not mapped here")))?;
+        // SAFETY: `off..off + len` is inside a heap mapped for the runtime's
+        // life (checked above); the protocols that call this own those
+        // bytes until their next release.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.as_ptr(), bytes.len()) };
+        Ok(())
+    }
+
     /// Waits until `w` on world PE `pe` (mapped here) carries `tag` in its
     /// upper half; returns the lower half.
     pub(crate) fn wait_tagged_on(&self, pe: PeId, w: SymRef<u64>, tag: u64) -> Result<u32> {

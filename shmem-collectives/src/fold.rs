@@ -229,11 +229,7 @@ impl Call<'_> {
         let area = self.fold_area();
         let result = area.slice(HALF..HALF + result_len)?;
         if !contrib.mine.is_empty() {
-            self.rt.put(
-                area.slice(me * b..me * b + contrib.mine.len())?,
-                contrib.mine,
-                root,
-            )?;
+            self.mapped_write(root, area.offset() + me * b, contrib.mine)?;
         }
         let (mut state, last) = self.count_arrival(seq, value)?;
         if !last {
@@ -262,7 +258,7 @@ impl Call<'_> {
                 failed = Some(e);
             }
             if failed.is_none() {
-                self.rt.put(result, &out, root)?;
+                self.mapped_write(root, result.offset(), &out)?;
             }
         }
         self.release_counted(tag, state)?;

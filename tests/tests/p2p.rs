@@ -553,3 +553,37 @@ fn auto_falls_back_to_sw_and_info_names_the_libfabric_provider() {
         }
     }
 }
+
+/// PEs that disagree on `SHMEM_ROCE_OFI_SIGNAL_MSG` (one sends signals as
+/// messages its target applies, another as provider atomics, which are not
+/// atomic with each other) fail at set-up, naming the variable.
+#[test]
+fn ofi_signal_message_setting_must_agree_across_pes() {
+    if let Err(why) = shmem_transport_roce::ofi::probe(None) {
+        eprintln!("not run: {why}");
+        assert!(std::env::var_os("CI").is_none(), "CI installs libfabric");
+        return;
+    }
+    let file = std::env::temp_dir().join(format!("shmem-signal-msg-{}.txt", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let script = format!(
+        "if [ \"$SHMEM_RANK\" = 1 ]; then export SHMEM_ROCE_OFI_SIGNAL_MSG=0; fi; exec \"$0\" bootstrap 2>>'{}'",
+        file.display()
+    );
+    let mut o = shmem_tests::LaunchOptions::new(2, "/bin/sh");
+    o.args = vec!["-c".into(), script.into(), PE.into()];
+    o.env = [
+        ("SHMEM_TEST_ENGINE", "ROCE"),
+        ("SHMEM_ROCE_PROVIDER", "ofi"),
+        ("FI_PROVIDER", "tcp"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    o.timeout = Some(shmem_tests::JOB_TIMEOUT);
+    let r = shmem_tests::launch(&o).unwrap();
+    let err = std::fs::read_to_string(&file).unwrap_or_default();
+    let _ = std::fs::remove_file(&file);
+    assert!(!r.success(), "the job ran with mixed settings: {err}");
+    assert!(err.contains("SHMEM_ROCE_OFI_SIGNAL_MSG"), "{err}");
+}

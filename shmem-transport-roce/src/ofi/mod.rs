@@ -53,7 +53,12 @@
 //! atomic) followed by a signal atomic cost two, the second 15-18 us on
 //! `tcp;ofi_rxm` here. Larger data is written with delivery completion and
 //! its signal follows as such a message; `signal_set`/`signal_add` are
-//! messages too. With `SHMEM_ROCE_OFI_SIGNAL_MSG=0` the data goes as a
+//! messages too. Every PE must agree on using them (checked at set-up).
+//! The target acknowledges before it wakes its waiters, so that a PE that
+//! exits right after its wait does not take the acknowledgement along.
+//! Without a fence, two signal messages from one PE may be applied in
+//! either order (two threads may drain the completion queue at once), as
+//! OpenSHMEM allows. With `SHMEM_ROCE_OFI_SIGNAL_MSG=0` the data goes as a
 //! byte-array `FI_ATOMIC_WRITE` (ordered before the signal atomic posted
 //! right after it) up to the provider's atomic size, larger data waits for
 //! delivery before the signal atomic.
@@ -139,6 +144,11 @@ pub struct PeerCard {
     pub base: u64,
     /// Heap bytes.
     pub size: u64,
+    /// Whether this PE sends signals as messages applied by their target
+    /// (`SHMEM_ROCE_OFI_SIGNAL_MSG` > 0); every PE must agree, or one PE's
+    /// CPU atomics and another's provider atomics would update the same
+    /// signal word without being atomic with each other.
+    pub signal_msg: bool,
 }
 
 /// Describes `mr_mode` bits for `SHMEM_INFO`.
@@ -664,8 +674,13 @@ impl Inner {
         let (id, dst, len, sig, value) = (w(1), w(2), w(3), w(4), w(5));
         let heap = self.heap_size as u64;
         let inline = flags & SIGNAL_INLINE != 0;
+        // Below RESERVED_BYTES lives the heap's control block, which no
+        // operation of the API may write.
+        let low = shmem_core::heap::RESERVED_BYTES as u64;
         let fits = dst.checked_add(len).is_some_and(|e| e <= heap)
+            && (len == 0 || dst >= low)
             && (!inline || len as usize <= SIGNAL_MSG_MAX)
+            && sig >= low
             && sig % 8 == 0
             && sig.checked_add(8).is_some_and(|e| e <= heap)
             && (op == 1 || op == 2);
@@ -697,12 +712,17 @@ impl Inner {
             } else {
                 word.fetch_add(value, Ordering::SeqCst);
             }
+            // Acknowledge before waking anyone here: a woken PE that
+            // finalizes and exits at once must not take the
+            // acknowledgement along (the sender's quiet waits for it).
+            self.send_ack(from, id);
             let spans = [
                 Span::bytes(sig as usize, 8),
                 Span::bytes(dst as usize, len as usize),
             ];
             // SAFETY: our heap starts with its control block.
             unsafe { ring(self.base as *const ControlBlock, &spans) };
+            return;
         }
         self.send_ack(from, id);
     }
@@ -722,6 +742,14 @@ impl Inner {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push_back((pe, id));
+        } else if r != 0 {
+            // The link to the sender is gone: its operation fails there by
+            // the link timeout, as any operation to a lost peer does.
+            shmem_log!(
+                Debug,
+                "ROCE/ofi: acknowledging a signal message to PE {pe} failed: {}",
+                self.api.error(r)
+            );
         }
     }
 
@@ -1190,6 +1218,7 @@ impl Ofi {
             key: unsafe { (*raw.mr).key },
             base: base as u64,
             size: heap_size as u64,
+            signal_msg: !opened.ordered && signal_msg > 0,
         };
         let setup = || -> Result<Vec<Option<Peer>>> {
             let bytes = postcard::to_stdvec(&card)
@@ -1203,6 +1232,13 @@ impl Ofi {
                     return Err(err(format!(
                         "PE {pe} uses libfabric provider {:?}, this PE {:?} (set FI_PROVIDER alike on every node)",
                         c.provider, card.provider
+                    )));
+                }
+                if c.signal_msg != card.signal_msg {
+                    return Err(err(format!(
+                        "PE {pe} has SHMEM_ROCE_OFI_SIGNAL_MSG {} 0, this PE {} 0 (set it alike on every node: signals sent as messages and as provider atomics are not atomic with each other)",
+                        if c.signal_msg { ">" } else { "=" },
+                        if card.signal_msg { ">" } else { "=" },
                     )));
                 }
                 if c.size != card.size {
@@ -1864,6 +1900,16 @@ fn apply(op: AmoOp, old: u64, w: AmoWidth) -> u64 {
 impl Drop for Ofi {
     fn drop(&mut self) {
         let _ = self.drain();
+        // Acknowledgements this PE owes (queued, or injected but not yet
+        // sent by a manual-progress provider) leave before the endpoint
+        // closes: a few progress rounds after the last flush.
+        self.inner.flush_wakes();
+        for _ in 0..100 {
+            if self.inner.poll_cq(None) == 0 {
+                std::thread::yield_now();
+            }
+        }
+        self.inner.flush_wakes();
         self.inner.stopping.store(true, Ordering::SeqCst);
         if let Some(h) = self
             .progress
@@ -2145,6 +2191,7 @@ mod tests {
             key: 0xDEAD_BEEF_0000_0001,
             base: 0x7f00_0000_0000,
             size: 1 << 30,
+            signal_msg: true,
         };
         let b = postcard::to_stdvec(&c).unwrap();
         assert_eq!(postcard::from_bytes::<PeerCard>(&b).unwrap(), c);
