@@ -247,18 +247,19 @@ impl Call<'_> {
             // SAFETY: every PE wrote its slot before counting itself in,
             // which this last arrival has seen; none writes it again before
             // the release below.
-            let slots = unsafe { self.mapped_bytes(root, area.offset(), n * b)? };
-            let parts: SmallVec<[&[u8]; 8]> = (0..n)
-                .map(|j| &slots[j * b..j * b + contrib.len_of(j)])
-                .collect();
-            if let Err(e) = finish(&parts, &mut out) {
+            let computed = unsafe { self.mapped_bytes(root, area.offset(), n * b) }
+                .and_then(|slots| {
+                    let parts: SmallVec<[&[u8]; 8]> = (0..n)
+                        .map(|j| &slots[j * b..j * b + contrib.len_of(j)])
+                        .collect();
+                    finish(&parts, &mut out)
+                })
+                .and_then(|()| self.mapped_write(root, result.offset(), &out));
+            if let Err(e) = computed {
                 // Release the others anyway (they see "invalid arguments"),
                 // then report it here.
                 state = BAD_ARGS;
                 failed = Some(e);
-            }
-            if failed.is_none() {
-                self.mapped_write(root, result.offset(), &out)?;
             }
         }
         self.release_counted(tag, state)?;
