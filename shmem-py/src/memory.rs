@@ -464,7 +464,7 @@ pub(crate) fn local(obj: &Bound<'_, PyAny>, arg: &str, writable: bool) -> PyResu
             keep: Keep::Export(buf),
         });
     }
-    if obj.hasattr(pyo3::intern!(obj.py(), "data_ptr"))? {
+    if is_torch_tensor(obj) || obj.hasattr(pyo3::intern!(obj.py(), "data_ptr"))? {
         return torch_local(obj, arg);
     }
     Err(PyTypeError::new_err(format!(
@@ -472,6 +472,30 @@ pub(crate) fn local(obj: &Bound<'_, PyAny>, arg: &str, writable: bool) -> PyResu
          bytes, bytearray, memoryview) or a contiguous CPU torch tensor, not {}",
         describe_type(obj)
     )))
+}
+
+/// Whether `obj` is a `torch.Tensor` (or a subclass): one type check once
+/// torch has been imported by the program (this module never imports it),
+/// instead of looking up an attribute on every call.
+fn is_torch_tensor(obj: &Bound<'_, PyAny>) -> bool {
+    static TENSOR: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let py = obj.py();
+    let tensor = match TENSOR.get(py) {
+        Some(t) => t,
+        None => {
+            let found = py
+                .import("sys")
+                .and_then(|sys| sys.getattr("modules"))
+                .ok()
+                .and_then(|m| m.get_item("torch").ok())
+                .and_then(|torch| torch.getattr("Tensor").ok());
+            match found {
+                Some(t) => TENSOR.get_or_init(py, || t.unbind()),
+                None => return false,
+            }
+        }
+    };
+    obj.is_instance(tensor.bind(py)).unwrap_or(false)
 }
 
 /// numpy's `ndarray` type.
