@@ -39,7 +39,9 @@ fn amo_t<T: AtomicElement>(
     make: impl Fn(u64, u64) -> AmoOp,
     pe: c_int,
 ) -> T {
-    ffi(name, |st| {
+    // `move`: the operands travel by value, not as pointers to the
+    // caller's stack that the body would load through.
+    ffi(name, move |st| {
         let op = make(a, b);
         // The common case: a heap word in world numbering (the runtime
         // checks range and alignment).
