@@ -312,22 +312,22 @@ pub(crate) fn signal_op(sig_op: c_int) -> Result<SignalOp> {
 // ----- generic bodies of the typed entry points ------------------------------
 
 unsafe fn put_t<T>(ctx: CtxHandle, dest: *mut T, src: *const T, n: usize, pe: c_int) {
-    ffi("shmem_put", |st| {
+    ffi("shmem_put", move |st| {
         st.put(ctx, dest.cast(), src.cast(), bytes::<T>(n)?, pe, false)
     })
 }
 unsafe fn get_t<T>(ctx: CtxHandle, dest: *mut T, src: *const T, n: usize, pe: c_int) {
-    ffi("shmem_get", |st| {
+    ffi("shmem_get", move |st| {
         st.get(ctx, dest.cast(), src.cast(), bytes::<T>(n)?, pe, false)
     })
 }
 unsafe fn put_nbi_t<T>(ctx: CtxHandle, dest: *mut T, src: *const T, n: usize, pe: c_int) {
-    ffi("shmem_put_nbi", |st| {
+    ffi("shmem_put_nbi", move |st| {
         st.put(ctx, dest.cast(), src.cast(), bytes::<T>(n)?, pe, true)
     })
 }
 unsafe fn get_nbi_t<T>(ctx: CtxHandle, dest: *mut T, src: *const T, n: usize, pe: c_int) {
-    ffi("shmem_get_nbi", |st| {
+    ffi("shmem_get_nbi", move |st| {
         st.get(ctx, dest.cast(), src.cast(), bytes::<T>(n)?, pe, true)
     })
 }
@@ -450,15 +450,18 @@ unsafe fn p_t<T: Copy>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
 }
 #[inline(always)]
 unsafe fn g_t<T: Copy + Default>(ctx: CtxHandle, src: *const T, pe: c_int) -> T {
-    let mut v = T::default();
-    ffi("shmem_g", |st| {
+    // The operands travel into the body by value (`move`), and the value
+    // comes back as its result.
+    ffi("shmem_g", move |st| {
+        let mut v = T::default();
         if let Some(off) = st.fast_heap_offset(ctx, src.cast()) {
             let pe = st.target_pe(ctx, pe)?;
             // SAFETY: `v` is a live, exclusively borrowed `T`.
             let bytes = unsafe {
                 std::slice::from_raw_parts_mut((&mut v as *mut T).cast::<u8>(), size_of::<T>())
             };
-            return st.rt.get_bytes(pe, off, bytes);
+            st.rt.get_bytes(pe, off, bytes)?;
+            return Ok(v);
         }
         st.get(
             ctx,
@@ -467,9 +470,9 @@ unsafe fn g_t<T: Copy + Default>(ctx: CtxHandle, src: *const T, pe: c_int) -> T 
             std::mem::size_of::<T>(),
             pe,
             false,
-        )
-    });
-    v
+        )?;
+        Ok(v)
+    })
 }
 
 /// Exports a C function and its `ctx_` twin: `$plain` calls `$body` with
