@@ -71,6 +71,13 @@ shmem_core::config_var!(
     "libfabric providers without write-after-write ordering (tcp;ofi_rxm): put-with-signal data up to this many bytes (at most 512) travels with its signal in one message that the target's progress thread applies and acknowledges; larger data is written first and its signal follows as such a message. 0: data as writes (or ordered byte atomics) and signals as provider atomics"
 );
 
+shmem_core::config_var!(
+    "SHMEM_ROCE_OFI_MR_LOCAL",
+    u64,
+    "0",
+    "1: register every local buffer of a libfabric data transfer (FI_MR_LOCAL) even when the provider does not require it, to exercise that path; providers that require it (verbs, for one) always get registered buffers"
+);
+
 /// RDMA devices found by the `hw` provider (`Ok(vec![])`: none).
 ///
 /// # Errors

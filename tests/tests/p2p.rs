@@ -505,6 +505,14 @@ fn p2p_suite_over_libfabric_tcp_and_sockets() {
         ] {
             at_sizes(scenario, &[2, 3], &env);
         }
+        // Every local buffer registered, as providers with FI_MR_LOCAL
+        // (verbs) require: bounce and receive buffers, atomic operands,
+        // get destinations outside the heap.
+        let mut local = env.to_vec();
+        local.push(("SHMEM_ROCE_OFI_MR_LOCAL", "1"));
+        for scenario in ["rma", "atomics", "signals", "bulk", "collectives"] {
+            at_sizes(scenario, &[2], &local);
+        }
     }
 }
 

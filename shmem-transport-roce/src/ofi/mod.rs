@@ -32,6 +32,12 @@
 //! its data costs at most one poll interval of the waiter (which re-checks
 //! its condition every 50 ms), never correctness.
 //!
+//! Memory registration: the heap is one region; providers that require
+//! registered local buffers (`FI_MR_LOCAL`, e.g. verbs) also get the
+//! receive buffers registered at set-up and every other local buffer of a
+//! data transfer registered per operation (its context closes the region
+//! at completion); `SHMEM_ROCE_OFI_MR_LOCAL=1` forces that on any provider.
+//!
 //! Failures: an error completion marks its peer failed; an operation that
 //! gets no completion while its peer sends nothing for `SHMEM_LINK_TIMEOUT`
 //! fails with an error naming the peer, and so does every later operation
@@ -180,7 +186,7 @@ pub fn mr_mode_names(mode: c_int) -> String {
 
 /// The memory-registration modes this provider can work with.
 pub const MR_MODES_SUPPORTED: c_int =
-    FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+    FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT | FI_MR_LOCAL;
 
 /// Whether `auto` may pick `provider` (when `FI_PROVIDER` does not name it).
 pub fn auto_may_pick(provider: &str) -> bool {
@@ -346,6 +352,16 @@ struct OpCtx {
     result: u64,
     /// Source copy of a blocking put.
     bounce: Vec<u8>,
+    /// Registration of this operation's local buffer (providers that
+    /// require `FI_MR_LOCAL`), closed with the context.
+    mr: *mut fid_mr,
+}
+
+impl Drop for OpCtx {
+    fn drop(&mut self) {
+        // Runs before `bounce` is freed: the registration goes first.
+        close(self.mr.cast());
+    }
 }
 
 /// A receive buffer for wake, signal and acknowledgement messages.
@@ -354,6 +370,8 @@ struct RxCtx {
     fictx: fi_context2,
     kind: u64,
     buf: [u8; RX_LEN],
+    /// The buffer's registration descriptor (`FI_MR_LOCAL`), or null.
+    desc: *mut c_void,
 }
 
 /// Two (offset, length) byte ranges of a peer's heap to wake it for.
@@ -404,6 +422,8 @@ struct Raw {
     av: *mut fid_av,
     cq: *mut fid_cq,
     mr: *mut fid_mr,
+    /// Registrations of the receive buffers (`FI_MR_LOCAL`).
+    rx_mrs: Vec<*mut fid_mr>,
 }
 
 /// Shared state of the engine and its progress thread.
@@ -429,6 +449,15 @@ struct Inner {
     /// provider atomics).
     signal_msg_max: Option<usize>,
     rx: Vec<*mut RxCtx>,
+    /// Every local buffer of a data transfer is registered (the provider
+    /// requires `FI_MR_LOCAL`, or `SHMEM_ROCE_OFI_MR_LOCAL=1`).
+    local_mr: bool,
+    /// Descriptor of the heap's registration (buffers inside the heap).
+    heap_desc: *mut c_void,
+    /// Local registrations must be bound to the endpoint (`FI_MR_ENDPOINT`).
+    mr_endpoint: bool,
+    /// Next requested key of a local registration.
+    next_key: AtomicU64,
     base: *mut u8,
     heap_size: usize,
     link: Duration,
@@ -497,6 +526,7 @@ impl Inner {
             compare: 0,
             result: 0,
             bounce: Vec::new(),
+            mr: ptr::null_mut(),
         })
     }
 
@@ -540,6 +570,30 @@ impl Inner {
                 self.counters.complete(Some(&why));
             }
         }
+    }
+
+    /// The descriptor a data transfer passes for its local buffer
+    /// `addr..addr+len`: none unless every local buffer must be registered;
+    /// the heap's for a buffer inside it; else a new registration, which
+    /// the operation's context keeps (`ctx.mr`) until it completes.
+    fn local_desc(
+        &self,
+        ctx: &mut OpCtx,
+        addr: *const u8,
+        len: usize,
+    ) -> std::result::Result<*mut c_void, String> {
+        if !self.local_mr || len == 0 {
+            return Ok(ptr::null_mut());
+        }
+        let (a, b) = (addr as usize, self.base as usize);
+        if a >= b && a.checked_add(len).is_some_and(|e| e <= b + self.heap_size) {
+            return Ok(self.heap_desc);
+        }
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        let (mr, desc) = reg_local(&self.api, &self.raw, self.mr_endpoint, key, addr, len)?;
+        close(ctx.mr.cast());
+        ctx.mr = mr;
+        Ok(desc)
     }
 
     /// Un-registers an operation whose post failed.
@@ -786,7 +840,7 @@ impl Inner {
                     ep,
                     (*rx).buf.as_mut_ptr().cast(),
                     RX_LEN,
-                    ptr::null_mut(),
+                    (*rx).desc,
                     u64::MAX,
                     rx.cast(),
                 )
@@ -947,6 +1001,9 @@ fn close(f: *mut fid) {
 impl Raw {
     fn close_all(&mut self) {
         close(self.ep.cast());
+        for m in self.rx_mrs.drain(..) {
+            close(m.cast());
+        }
         close(self.mr.cast());
         close(self.av.cast());
         close(self.cq.cast());
@@ -962,8 +1019,65 @@ impl Raw {
             av: ptr::null_mut(),
             cq: ptr::null_mut(),
             mr: ptr::null_mut(),
+            rx_mrs: Vec::new(),
         }
     }
+}
+
+/// Registers `len` bytes at `addr` for local use in data transfers (what
+/// providers with `FI_MR_LOCAL` require of every local buffer); returns
+/// the region and its descriptor.
+fn reg_local(
+    api: &Api,
+    raw: &Raw,
+    bind_ep: bool,
+    key: u64,
+    addr: *const u8,
+    len: usize,
+) -> std::result::Result<(*mut fid_mr, *mut c_void), String> {
+    let mut mr: *mut fid_mr = ptr::null_mut();
+    // SAFETY: open domain; `addr..addr+len` is memory the caller keeps
+    // alive until it closes the region.
+    let rc = unsafe {
+        ((*(*raw.domain).mr).reg)(
+            raw.domain.cast(),
+            addr.cast(),
+            len,
+            FI_SEND | FI_RECV | FI_READ | FI_WRITE,
+            0,
+            key,
+            0,
+            &mut mr,
+            ptr::null_mut(),
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "fi_mr_reg of a {len}-byte local buffer failed: {}",
+            api.error(rc as isize)
+        ));
+    }
+    if bind_ep {
+        let f = mr.cast::<fid>();
+        // SAFETY: the region just opened and the open endpoint.
+        let rc = unsafe {
+            let rc = ((*(*f).ops).bind)(f, raw.ep.cast(), 0);
+            if rc == 0 {
+                ((*(*f).ops).control)(f, FI_ENABLE, ptr::null_mut())
+            } else {
+                rc
+            }
+        };
+        if rc != 0 {
+            close(f);
+            return Err(format!(
+                "binding a local buffer's registration to the endpoint failed: {}",
+                api.error(rc as isize)
+            ));
+        }
+    }
+    // SAFETY: an open region; fi_mr_desc reads this field.
+    Ok((mr, unsafe { (*mr).mem_desc }))
 }
 
 struct Opened {
@@ -1203,6 +1317,7 @@ impl Ofi {
             available: shmem_core::transport::registered_names(),
         };
         let signal_msg = init.config.var::<u64>("SHMEM_ROCE_OFI_SIGNAL_MSG")?;
+        let mr_local_forced = init.config.var::<u64>("SHMEM_ROCE_OFI_MR_LOCAL")? != 0;
         let api = Api::load().map_err(unavailable)?;
         let node = bs.local_ip();
         let opened = {
@@ -1327,9 +1442,46 @@ impl Ofi {
                     fictx: fi_context2::default(),
                     kind: KIND_RX,
                     buf: [0; RX_LEN],
+                    desc: ptr::null_mut(),
                 }))
             })
             .collect();
+        // Providers with FI_MR_LOCAL (verbs, for one) take only registered
+        // local buffers: the heap is, the receive buffers are registered
+        // here, and every other buffer of a data transfer per operation.
+        let local_mr = opened.mr_mode & FI_MR_LOCAL != 0 || mr_local_forced;
+        let mr_endpoint = opened.mr_mode & FI_MR_ENDPOINT != 0;
+        // Requested keys of local registrations (the heap's is 1).
+        let mut next_key = 1 << 20;
+        if local_mr {
+            for &r in &rx {
+                // SAFETY: a live receive context owned here.
+                let buf = unsafe { (*r).buf.as_ptr() };
+                match reg_local(&api, &raw, mr_endpoint, next_key, buf, RX_LEN) {
+                    Ok((mr, desc)) => {
+                        raw.rx_mrs.push(mr);
+                        // SAFETY: as above.
+                        unsafe { (*r).desc = desc };
+                    }
+                    Err(why) => {
+                        raw.close_all();
+                        for &r in &rx {
+                            // SAFETY: never posted; ours alone.
+                            drop(unsafe { Box::from_raw(r) });
+                        }
+                        return Err(err(why));
+                    }
+                }
+                next_key += 1;
+            }
+        }
+        let info = if local_mr {
+            format!("{info}, local buffers registered (FI_MR_LOCAL)")
+        } else {
+            info
+        };
+        // SAFETY: the heap's open region; fi_mr_desc reads this field.
+        let heap_desc = unsafe { (*raw.mr).mem_desc };
         let inner = Arc::new(Inner {
             api,
             raw,
@@ -1348,6 +1500,10 @@ impl Ofi {
             acks: Mutex::new(VecDeque::new()),
             signal_msg_max,
             rx,
+            local_mr,
+            heap_desc,
+            mr_endpoint,
+            next_key: AtomicU64::new(next_key),
             base,
             heap_size,
             link: init.config.link_timeout.max(Duration::from_millis(100)),
@@ -1438,21 +1594,17 @@ impl Ofi {
             m[..8].copy_from_slice(&WAKE_MAGIC.to_le_bytes());
             ctx.bounce = m;
             let buf = ctx.bounce.as_ptr();
+            let desc = i.local_desc(&mut ctx, buf, WAKE_LEN);
             let raw_ctx = Box::into_raw(ctx);
             let ep = i.raw.ep;
-            let r = i.post(pe, || {
-                // SAFETY: open endpoint; the message lives in the context
-                // until its completion.
-                unsafe {
-                    ((*(*ep).msg).send)(
-                        ep,
-                        buf.cast(),
-                        WAKE_LEN,
-                        ptr::null_mut(),
-                        p.addr,
-                        raw_ctx.cast(),
-                    )
-                }
+            let r = desc.and_then(|desc| {
+                i.post(pe, || {
+                    // SAFETY: open endpoint; the message lives in the context
+                    // until its completion.
+                    unsafe {
+                        ((*(*ep).msg).send)(ep, buf.cast(), WAKE_LEN, desc, p.addr, raw_ctx.cast())
+                    }
+                })
             });
             if let Err(why) = r {
                 i.unpost(raw_ctx, &why);
@@ -1520,51 +1672,54 @@ impl Ofi {
             }
             let remote = i.remote(p, off + o);
             let ep = i.raw.ep;
+            let desc = i.local_desc(&mut ctx, src, n);
             let raw_ctx = Box::into_raw(ctx);
             let inject = write && bounce && n <= i.inject_size;
             // Delivery completion: `quiet` (which waits for these
             // completions) promises the data is in the target's memory,
             // which a provider's default completion (data sent) does not.
             let flags = FI_COMPLETION | FI_DELIVERY_COMPLETE | if inject { 1 << 25 } else { 0 }; // FI_INJECT
-            let r = i.post(pe, || {
-                // SAFETY: open endpoint; `src` valid for `n` bytes (see above);
-                // the context lives until its completion.
-                unsafe {
-                    if write {
-                        let iov = iovec {
-                            iov_base: src.cast(),
-                            iov_len: n,
-                        };
-                        let rma = fi_rma_iov {
-                            addr: remote,
-                            len: n,
-                            key: p.key,
-                        };
-                        let mut desc: *mut c_void = ptr::null_mut();
-                        let msg = fi_msg_rma {
-                            msg_iov: &iov,
-                            desc: &mut desc,
-                            iov_count: 1,
-                            addr: p.addr,
-                            rma_iov: &rma,
-                            rma_iov_count: 1,
-                            context: raw_ctx.cast(),
-                            data: 0,
-                        };
-                        ((*(*ep).rma).writemsg)(ep, &msg, flags)
-                    } else {
-                        ((*(*ep).rma).read)(
-                            ep,
-                            src.cast(),
-                            n,
-                            ptr::null_mut(),
-                            p.addr,
-                            remote,
-                            p.key,
-                            raw_ctx.cast(),
-                        )
+            let r = desc.and_then(|local| {
+                i.post(pe, || {
+                    // SAFETY: open endpoint; `src` valid for `n` bytes (see above);
+                    // the context lives until its completion.
+                    unsafe {
+                        if write {
+                            let iov = iovec {
+                                iov_base: src.cast(),
+                                iov_len: n,
+                            };
+                            let rma = fi_rma_iov {
+                                addr: remote,
+                                len: n,
+                                key: p.key,
+                            };
+                            let mut desc: *mut c_void = local;
+                            let msg = fi_msg_rma {
+                                msg_iov: &iov,
+                                desc: &mut desc,
+                                iov_count: 1,
+                                addr: p.addr,
+                                rma_iov: &rma,
+                                rma_iov_count: 1,
+                                context: raw_ctx.cast(),
+                                data: 0,
+                            };
+                            ((*(*ep).rma).writemsg)(ep, &msg, flags)
+                        } else {
+                            ((*(*ep).rma).read)(
+                                ep,
+                                src.cast(),
+                                n,
+                                local,
+                                p.addr,
+                                remote,
+                                p.key,
+                                raw_ctx.cast(),
+                            )
+                        }
                     }
-                }
+                })
             });
             if let Err(why) = r {
                 i.unpost(raw_ctx, &why);
@@ -1611,6 +1766,10 @@ impl Ofi {
         };
         let remote = i.remote(p, off);
         let ep = i.raw.ep;
+        // Operand, compare value and result: three adjacent words of the
+        // context, one registration when local buffers need one.
+        let words = ptr::addr_of!(ctx.operand).cast::<u8>();
+        let desc = i.local_desc(&mut ctx, words, 3 * 8);
         let raw_ctx = Box::into_raw(ctx);
         // The operands and result live in the context (valid until its
         // completion); a 32-bit operand is the low half of the u64 on a
@@ -1623,70 +1782,72 @@ impl Ofi {
                 ptr::addr_of_mut!((*raw_ctx).result).cast::<c_void>(),
             )
         };
-        let r = i.post(pe, || {
-            // SAFETY: open endpoint; operand/compare/result point into the
-            // context, which lives until its completion.
-            unsafe {
-                let a = &*(*ep).atomic;
-                match (compare, fetch) {
-                    (Some(_), _) => (a.compwrite)(
-                        ep,
-                        opnd,
-                        1,
-                        ptr::null_mut(),
-                        cmp,
-                        ptr::null_mut(),
-                        res,
-                        ptr::null_mut(),
-                        p.addr,
-                        remote,
-                        p.key,
-                        dt,
-                        op,
-                        raw_ctx.cast(),
-                    ),
-                    (None, true) => (a.readwrite)(
-                        ep,
-                        opnd,
-                        1,
-                        ptr::null_mut(),
-                        res,
-                        ptr::null_mut(),
-                        p.addr,
-                        remote,
-                        p.key,
-                        dt,
-                        op,
-                        raw_ctx.cast(),
-                    ),
-                    (None, false) => {
-                        // Delivery completion, as for writes.
-                        let ioc = fi_ioc {
-                            addr: opnd,
-                            count: 1,
-                        };
-                        let rma = fi_rma_ioc {
-                            addr: remote,
-                            count: 1,
-                            key: p.key,
-                        };
-                        let mut desc: *mut c_void = ptr::null_mut();
-                        let msg = fi_msg_atomic {
-                            msg_iov: &ioc,
-                            desc: &mut desc,
-                            iov_count: 1,
-                            addr: p.addr,
-                            rma_iov: &rma,
-                            rma_iov_count: 1,
-                            datatype: dt,
+        let r = desc.and_then(|local| {
+            i.post(pe, || {
+                // SAFETY: open endpoint; operand/compare/result point into the
+                // context, which lives until its completion.
+                unsafe {
+                    let a = &*(*ep).atomic;
+                    match (compare, fetch) {
+                        (Some(_), _) => (a.compwrite)(
+                            ep,
+                            opnd,
+                            1,
+                            local,
+                            cmp,
+                            local,
+                            res,
+                            local,
+                            p.addr,
+                            remote,
+                            p.key,
+                            dt,
                             op,
-                            context: raw_ctx.cast(),
-                            data: 0,
-                        };
-                        (a.writemsg)(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
+                            raw_ctx.cast(),
+                        ),
+                        (None, true) => (a.readwrite)(
+                            ep,
+                            opnd,
+                            1,
+                            local,
+                            res,
+                            local,
+                            p.addr,
+                            remote,
+                            p.key,
+                            dt,
+                            op,
+                            raw_ctx.cast(),
+                        ),
+                        (None, false) => {
+                            // Delivery completion, as for writes.
+                            let ioc = fi_ioc {
+                                addr: opnd,
+                                count: 1,
+                            };
+                            let rma = fi_rma_ioc {
+                                addr: remote,
+                                count: 1,
+                                key: p.key,
+                            };
+                            let mut desc: *mut c_void = local;
+                            let msg = fi_msg_atomic {
+                                msg_iov: &ioc,
+                                desc: &mut desc,
+                                iov_count: 1,
+                                addr: p.addr,
+                                rma_iov: &rma,
+                                rma_iov_count: 1,
+                                datatype: dt,
+                                op,
+                                context: raw_ctx.cast(),
+                                data: 0,
+                            };
+                            (a.writemsg)(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
+                        }
                     }
                 }
-            }
+            })
         });
         if let Err(why) = r {
             i.unpost(raw_ctx, &why);
@@ -1758,20 +1919,16 @@ impl Ofi {
             ctx.kind = KIND_SIGNAL_SEND;
             ctx.bounce = m[..total].to_vec();
             let buf = ctx.bounce.as_ptr();
+            let desc = i.local_desc(&mut ctx, buf, total);
             let raw_ctx = Box::into_raw(ctx);
-            let r = i.post(pe, || {
-                // SAFETY: open endpoint; the message lives in the context
-                // until its completion.
-                unsafe {
-                    ((*(*ep).msg).send)(
-                        ep,
-                        buf.cast(),
-                        total,
-                        ptr::null_mut(),
-                        p.addr,
-                        raw_ctx.cast(),
-                    )
-                }
+            let r = desc.and_then(|desc| {
+                i.post(pe, || {
+                    // SAFETY: open endpoint; the message lives in the context
+                    // until its completion.
+                    unsafe {
+                        ((*(*ep).msg).send)(ep, buf.cast(), total, desc, p.addr, raw_ctx.cast())
+                    }
+                })
             });
             if let Err(why) = &r {
                 i.unpost(raw_ctx, why);
@@ -1801,35 +1958,38 @@ impl Ofi {
         let len = data.len();
         let remote = i.remote(p, off);
         let ep = i.raw.ep;
+        let desc = i.local_desc(&mut ctx, buf, len);
         let raw_ctx = Box::into_raw(ctx);
-        let r = i.post(pe, || {
-            // SAFETY: open endpoint; the bytes live in the context until its
-            // completion.
-            unsafe {
-                let ioc = fi_ioc {
-                    addr: buf.cast(),
-                    count: len,
-                };
-                let rma = fi_rma_ioc {
-                    addr: remote,
-                    count: len,
-                    key: p.key,
-                };
-                let mut desc: *mut c_void = ptr::null_mut();
-                let msg = fi_msg_atomic {
-                    msg_iov: &ioc,
-                    desc: &mut desc,
-                    iov_count: 1,
-                    addr: p.addr,
-                    rma_iov: &rma,
-                    rma_iov_count: 1,
-                    datatype: FI_UINT8,
-                    op: FI_ATOMIC_WRITE,
-                    context: raw_ctx.cast(),
-                    data: 0,
-                };
-                ((*(*ep).atomic).writemsg)(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
-            }
+        let r = desc.and_then(|local| {
+            i.post(pe, || {
+                // SAFETY: open endpoint; the bytes live in the context until its
+                // completion.
+                unsafe {
+                    let ioc = fi_ioc {
+                        addr: buf.cast(),
+                        count: len,
+                    };
+                    let rma = fi_rma_ioc {
+                        addr: remote,
+                        count: len,
+                        key: p.key,
+                    };
+                    let mut desc: *mut c_void = local;
+                    let msg = fi_msg_atomic {
+                        msg_iov: &ioc,
+                        desc: &mut desc,
+                        iov_count: 1,
+                        addr: p.addr,
+                        rma_iov: &rma,
+                        rma_iov_count: 1,
+                        datatype: FI_UINT8,
+                        op: FI_ATOMIC_WRITE,
+                        context: raw_ctx.cast(),
+                        data: 0,
+                    };
+                    ((*(*ep).atomic).writemsg)(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
+                }
+            })
         });
         if let Err(why) = r {
             i.unpost(raw_ctx, &why);
