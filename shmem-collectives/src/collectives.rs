@@ -495,12 +495,18 @@ impl Call<'_> {
         }
     }
 
+    /// Where heap offset `off..off + len` of world PE `pe` is mapped here
+    /// (checked to be inside the heap).
+    fn mapped_ptr(&self, pe: PeId, off: usize, len: usize) -> Result<std::ptr::NonNull<u8>> {
+        self.rt.check_range(off, len)?;
+        self.rt
+            .peer_ptr(off, pe)?
+            .ok_or_else(|| Error::invalid("team", format!("PE {pe}'s heap is not mapped here")))
+    }
+
     /// `w` on world PE `pe`, whose heap is mapped here.
     pub(crate) fn mapped_word(&self, pe: PeId, w: SymRef<u64>) -> Result<&AtomicU64> {
-        let p = self
-            .rt
-            .peer_ptr(w.offset(), pe)?
-            .ok_or_else(|| Error::invalid("team", format!("PE {pe}'s heap is not mapped here")))?;
+        let p = self.mapped_ptr(pe, w.offset(), 8)?;
         // SAFETY: an 8-aligned word of a heap mapped for the runtime's life
         // (which outlives `self`), written only with atomics.
         Ok(unsafe { AtomicU64::from_ptr(p.as_ptr().cast()) })
@@ -513,11 +519,7 @@ impl Call<'_> {
     /// Nobody may write those bytes while the slice lives (the protocol
     /// that calls this guarantees it).
     pub(crate) unsafe fn mapped_bytes(&self, pe: PeId, off: usize, len: usize) -> Result<&[u8]> {
-        self.rt.check_range(off, len)?;
-        let p = self
-            .rt
-            .peer_ptr(off, pe)?
-            .ok_or_else(|| Error::invalid("team", format!("PE {pe}'s heap is not mapped here")))?;
+        let p = self.mapped_ptr(pe, off, len)?;
         // SAFETY: `off..off + len` is inside a heap mapped for the runtime's
         // life (checked above); the caller guarantees no concurrent writes.
         Ok(unsafe { std::slice::from_raw_parts(p.as_ptr(), len) })
@@ -528,11 +530,7 @@ impl Call<'_> {
     /// only that the source is reusable), the bytes are visible to any PE
     /// that later sees a store this PE makes after it.
     pub(crate) fn mapped_write(&self, pe: PeId, off: usize, bytes: &[u8]) -> Result<()> {
-        self.rt.check_range(off, bytes.len())?;
-        let p = self
-            .rt
-            .peer_ptr(off, pe)?
-            .ok_or_else(|| Error::invalid("team", format!("PE {pe}'s heap is not mapped here")))?;
+        let p = self.mapped_ptr(pe, off, bytes.len())?;
         // SAFETY: `off..off + len` is inside a heap mapped for the runtime's
         // life (checked above); the protocols that call this own those
         // bytes until their next release.

@@ -157,6 +157,64 @@ pub struct PeerCard {
     pub signal_msg: bool,
 }
 
+/// Posts a non-fetching atomic of `count` elements at `buf` (descriptor
+/// `desc`) to `remote` on `p`, asking for delivery completion as writes do
+/// (`quiet` promises the update is in the target's memory).
+///
+/// # Safety
+/// `ep` is the open endpoint; `buf` stays valid and `ctx` is a live
+/// context until the operation's completion.
+#[allow(clippy::too_many_arguments)]
+unsafe fn atomic_write_delivered(
+    ep: *mut fid_ep,
+    buf: *mut c_void,
+    count: usize,
+    desc: *mut c_void,
+    p: &Peer,
+    remote: u64,
+    datatype: c_int,
+    op: c_int,
+    ctx: *mut OpCtx,
+) -> isize {
+    let ioc = fi_ioc { addr: buf, count };
+    let rma = fi_rma_ioc {
+        addr: remote,
+        count,
+        key: p.key,
+    };
+    let mut desc = desc;
+    let msg = fi_msg_atomic {
+        msg_iov: &ioc,
+        desc: &mut desc,
+        iov_count: 1,
+        addr: p.addr,
+        rma_iov: &rma,
+        rma_iov_count: 1,
+        datatype,
+        op,
+        context: ctx.cast(),
+        data: 0,
+    };
+    // SAFETY: guaranteed by the caller; `msg` and what it points to live
+    // through the call (the provider copies the descriptors).
+    unsafe { ((*(*ep).atomic).writemsg)(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE) }
+}
+
+/// Little-endian word `i` of a received message.
+fn le_word(b: &[u8], i: usize) -> u64 {
+    b.get(i * 8..i * 8 + 8)
+        .and_then(|w| w.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+/// The acknowledgement of signal message `id`.
+fn ack_message(id: u64) -> [u8; ACK_LEN] {
+    let mut m = [0u8; ACK_LEN];
+    m[..8].copy_from_slice(&ACK_MAGIC.to_le_bytes());
+    m[8..].copy_from_slice(&id.to_le_bytes());
+    m
+}
+
 /// Describes `mr_mode` bits for `SHMEM_INFO`.
 pub fn mr_mode_names(mode: c_int) -> String {
     let names = [
@@ -686,7 +744,7 @@ impl Inner {
     /// # Safety
     /// `self.base` is this PE's heap.
     unsafe fn on_message(&self, b: &[u8; RX_LEN]) {
-        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        let w = |i| le_word(b, i);
         if w(0) == ACK_MAGIC {
             self.finish(w(1), 0, None);
             return;
@@ -720,7 +778,7 @@ impl Inner {
     /// # Safety
     /// `self.base` is this PE's heap.
     unsafe fn on_signal(&self, b: &[u8; RX_LEN]) {
-        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        let w = |i| le_word(b, i);
         let head = w(0);
         let op = (head >> 16) & 0xff;
         let flags = (head >> 24) & 0xff;
@@ -785,9 +843,7 @@ impl Inner {
     /// takes it, else queued for [`Inner::flush_wakes`]).
     fn send_ack(&self, pe: PeId, id: u64) {
         let Ok(p) = self.peer(pe) else { return };
-        let mut m = [0u8; ACK_LEN];
-        m[..8].copy_from_slice(&ACK_MAGIC.to_le_bytes());
-        m[8..].copy_from_slice(&id.to_le_bytes());
+        let m = ack_message(id);
         let ep = self.raw.ep;
         // SAFETY: open endpoint; inject copies the bytes before returning.
         let r = unsafe { ((*(*ep).msg).inject)(ep, m.as_ptr().cast(), ACK_LEN, p.addr) };
@@ -819,9 +875,7 @@ impl Inner {
                 .pop_front();
             let Some((pe, id)) = next else { return };
             let Ok(p) = self.peer(pe) else { continue };
-            let mut m = [0u8; ACK_LEN];
-            m[..8].copy_from_slice(&ACK_MAGIC.to_le_bytes());
-            m[8..].copy_from_slice(&id.to_le_bytes());
+            let m = ack_message(id);
             let ep = self.raw.ep;
             let _ = self.post(pe, || {
                 // SAFETY: open endpoint; inject copies the bytes before returning.
@@ -1820,30 +1874,7 @@ impl Ofi {
                             raw_ctx.cast(),
                         ),
                         (None, false) => {
-                            // Delivery completion, as for writes.
-                            let ioc = fi_ioc {
-                                addr: opnd,
-                                count: 1,
-                            };
-                            let rma = fi_rma_ioc {
-                                addr: remote,
-                                count: 1,
-                                key: p.key,
-                            };
-                            let mut desc: *mut c_void = local;
-                            let msg = fi_msg_atomic {
-                                msg_iov: &ioc,
-                                desc: &mut desc,
-                                iov_count: 1,
-                                addr: p.addr,
-                                rma_iov: &rma,
-                                rma_iov_count: 1,
-                                datatype: dt,
-                                op,
-                                context: raw_ctx.cast(),
-                                data: 0,
-                            };
-                            (a.writemsg)(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
+                            atomic_write_delivered(ep, opnd, 1, local, p, remote, dt, op, raw_ctx)
                         }
                     }
                 }
@@ -1965,29 +1996,17 @@ impl Ofi {
                 // SAFETY: open endpoint; the bytes live in the context until its
                 // completion.
                 unsafe {
-                    let ioc = fi_ioc {
-                        addr: buf.cast(),
-                        count: len,
-                    };
-                    let rma = fi_rma_ioc {
-                        addr: remote,
-                        count: len,
-                        key: p.key,
-                    };
-                    let mut desc: *mut c_void = local;
-                    let msg = fi_msg_atomic {
-                        msg_iov: &ioc,
-                        desc: &mut desc,
-                        iov_count: 1,
-                        addr: p.addr,
-                        rma_iov: &rma,
-                        rma_iov_count: 1,
-                        datatype: FI_UINT8,
-                        op: FI_ATOMIC_WRITE,
-                        context: raw_ctx.cast(),
-                        data: 0,
-                    };
-                    ((*(*ep).atomic).writemsg)(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
+                    atomic_write_delivered(
+                        ep,
+                        buf.cast(),
+                        len,
+                        local,
+                        p,
+                        remote,
+                        FI_UINT8,
+                        FI_ATOMIC_WRITE,
+                        raw_ctx,
+                    )
                 }
             })
         });
