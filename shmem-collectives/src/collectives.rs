@@ -258,7 +258,9 @@ pub(crate) struct Call<'a> {
     /// A mismatch found in this PE's previous call (a broadcast it
     /// published without waiting); this call fails with it, after taking
     /// part in its handshake as a PE with invalid arguments.
-    pub(crate) late: Option<Error>,
+    /// (Boxed: a call is moved on every collective, and an inline
+    /// `Error` would double its size.)
+    pub(crate) late: Option<Box<Error>>,
 }
 
 impl Call<'_> {
@@ -490,7 +492,7 @@ impl Call<'_> {
     /// carries "invalid arguments".
     fn with_late(&mut self, local: Result<()>) -> Result<()> {
         match self.late.take() {
-            Some(e) => Err(e),
+            Some(e) => Err(*e),
             None => local,
         }
     }
@@ -783,7 +785,7 @@ impl Collectives {
             late: None,
         };
         if let Some((seq, value)) = call.state.push_pending.take() {
-            call.late = crate::push::check_receipts(&call, seq, value, true)?;
+            call.late = crate::push::check_receipts(&call, seq, value, true)?.map(Box::new);
         }
         Ok(call)
     }

@@ -8,6 +8,9 @@
 //! Each PE reads the array about twice and writes it once, all PEs at the
 //! same time, instead of passing partial results through a staging buffer.
 //!
+//! With two PEs and separate `source` and `dest`, each PE instead combines
+//! the whole array (both sources, one pass) and there is no second phase.
+//!
 //! Concurrent access stays disjoint: in the first phase PE `i` writes only
 //! block `i` of its own `dest` and reads only block `i` of the sources (an
 //! in-place call's block `i` of `source` is the very range PE `i` owns); in
@@ -58,25 +61,57 @@ pub(crate) fn direct_allreduce<T: Reducible>(
         .collect::<Result<Vec<_>>>()?;
     let mine = dests[me] as *mut T;
     let chunk = (CHUNK_BYTES / std::mem::size_of::<T>().max(1)).max(1);
-    let r = block(me);
-    let mut acc: Vec<T> = Vec::with_capacity(chunk.min(r.len()));
+    // In place, this PE's source block is the dest block it writes: a
+    // member other than the first two keeps its chunk aside before the
+    // first pass overwrites it.
+    let in_place = source.offset() == dest.offset();
+    // Two PEs, not in place: each combines the whole array in one pass and
+    // needs no second phase (it reads the peer's source once either way;
+    // 1 MiB of u64 sums here: 41-48 us against 49-54 in blocks).
+    let whole = n == 2 && !in_place;
+    let r = if whole { 0..nreduce } else { block(me) };
+    let mut saved: Vec<T> = Vec::new();
     let mut start = r.start;
     while start < r.end {
         let len = chunk.min(r.end - start);
-        acc.clear();
-        // SAFETY: [start, start+len) lies in block `me` of member 0's source
+        // SAFETY: [start, start+len) lies in this PE's range `r` (block
+        // `me`, or the whole array when `whole`) of member j's source
         // (checked in bounds by every member's argument checks, agreed in
-        // the handshake); nobody writes it during this phase.
-        acc.extend_from_slice(unsafe { std::slice::from_raw_parts(sources[0].add(start), len) });
-        for src in &sources[1..] {
-            // SAFETY: as above, member j's source.
-            let other = unsafe { std::slice::from_raw_parts(src.add(start), len) };
-            T::combine(op, &mut acc, other)?;
+        // the handshake); nobody writes it during this phase (in place,
+        // this PE's own block is read below only before it is written).
+        let src = |j: usize| unsafe { std::slice::from_raw_parts(sources[j].add(start), len) };
+        if in_place && me >= 2 {
+            saved.clear();
+            saved.extend_from_slice(src(me));
         }
-        // SAFETY: this PE's own dest; block `me` is written by this PE alone,
-        // and its sources' chunk was copied into `acc` above (in place).
-        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), mine.add(start), len) };
+        // SAFETY: this PE's own dest; range `r` is written by this PE alone.
+        // In place it is this PE's source block `me` too, which is then not
+        // borrowed through `src` at the same time (see the branches).
+        let out = unsafe { std::slice::from_raw_parts_mut(mine.add(start), len) };
+        // One pass over the first two sources (in order: floats fold left to
+        // right, as on every other path), then one per further source.
+        match (in_place, me) {
+            _ if n == 1 => {
+                if !in_place {
+                    out.copy_from_slice(src(0));
+                }
+            }
+            (true, 0) => T::combine(op, out, src(1))?,
+            (true, 1) => T::combine_rev(op, out, src(0))?,
+            _ => T::combine_into(op, out, src(0), src(1))?,
+        }
+        for j in 2..n {
+            if in_place && j == me {
+                T::combine(op, out, &saved)?;
+            } else {
+                T::combine(op, out, src(j))?;
+            }
+        }
         start += len;
+    }
+    if whole {
+        // Nobody changes a source the other PE may still be reading.
+        return call.sync();
     }
     call.sync()?;
     for j in (0..n).filter(|&j| j != me) {

@@ -14,7 +14,8 @@
 //!   [`LINE_PAYLOAD`] bytes) and returns at once; above, the word's line
 //!   carries the heap offset of its `source`, which the members copy from,
 //!   and the root waits for their receipts before it returns (its
-//!   `source` must stay untouched until then).
+//!   `source` must stay untouched until then). The root fills its own
+//!   `dest` after publishing, while the members copy.
 //! * a member first records, in its own heap, that it entered the call as
 //!   a member; then it waits until the PE it names as the root has either
 //!   published this call (it checks the fingerprint against its own call:
@@ -125,7 +126,7 @@ impl Collectives {
     ) -> Result<()> {
         let rt = &self.rt;
         let mut call = self.open_call(team, "broadcast")?;
-        let late = call.late.take();
+        let late = call.late.take().map(|e| *e);
         call.state.published += 1;
         let seq = call.state.published;
         let parity = (seq & 1) as usize;
@@ -145,7 +146,7 @@ impl Collectives {
                 (Ok(()), None) => desc.value(),
                 _ => BAD_ARGS,
             };
-            let copied = if value != BAD_ARGS && bytes > 0 {
+            let staged = if value != BAD_ARGS && bytes > 0 {
                 (|| {
                     let src = source.slice(..nelems)?;
                     if small {
@@ -154,23 +155,32 @@ impl Collectives {
                         // during the call.
                         let data = as_bytes(unsafe { rt.local_slice(src)? });
                         let buf = SymSlice::<u8>::from_raw_parts(payload, bytes, line.instance());
-                        rt.write_local(buf, data)?;
+                        rt.write_local(buf, data)
                     } else {
                         let at =
                             SymSlice::<u64>::from_raw_parts(line.offset() + 8, 1, line.instance());
-                        rt.write_local(at, &[src.offset() as u64])?;
+                        rt.write_local(at, &[src.offset() as u64])
                     }
-                    local_copy(rt, dest.slice(..nelems)?, src)
                 })()
             } else {
                 Ok(())
             };
-            if copied.is_err() {
+            if staged.is_err() {
                 value = BAD_ARGS;
             }
             // Data before the word (a release store): members that see the
             // tag see the data.
             rt.signal_op(line, tag_of(seq) | value as u64, SignalOp::Set, me_pe)?;
+            // The root fills its own dest after publishing, while the
+            // members copy (from the buffer, or from `source`, which is
+            // `dest` itself or disjoint from it): the copies overlap.
+            let copied = if value != BAD_ARGS && bytes > 0 {
+                source
+                    .slice(..nelems)
+                    .and_then(|src| local_copy(rt, dest.slice(..nelems)?, src))
+            } else {
+                Ok(())
+            };
             let differed = if small {
                 call.state.push_pending = Some((seq, value));
                 None
@@ -179,6 +189,7 @@ impl Collectives {
                 check_receipts(&call, seq, value, false)?
             };
             local?;
+            staged?;
             copied?;
             if let Some(e) = late {
                 return Err(e);
