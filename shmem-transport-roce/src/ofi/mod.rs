@@ -117,6 +117,11 @@ const SIGNAL_INLINE: u64 = 1;
 /// Blocking puts copy their source into a bounce buffer (so they return at
 /// once); this many bytes of bounce buffers may be in flight.
 const BOUNCE_LIMIT: usize = 64 << 20;
+/// Bounce buffers of at least this size go back to a pool when their
+/// operation completes (a fresh megabyte costs 256 page faults, several
+/// times its copy); the pool keeps at most [`BOUNCE_POOL_BYTES`].
+const BOUNCE_POOL_MIN: usize = 64 << 10;
+const BOUNCE_POOL_BYTES: usize = 16 << 20;
 /// How long the progress thread keeps polling after its last completion.
 const HOT: Duration = Duration::from_micros(150);
 /// Providers `auto` never picks (they reach only processes of one host).
@@ -499,6 +504,8 @@ struct Inner {
     tracks: Mutex<HashMap<u64, Track>>,
     next_id: AtomicU64,
     bounce_bytes: AtomicU64,
+    /// Spent bounce buffers for reuse (see [`BOUNCE_POOL_MIN`]).
+    bounce_pool: Mutex<Vec<Vec<u8>>>,
     wakes: Mutex<VecDeque<(PeId, Spans)>>,
     /// Acknowledgements of signal messages not sent yet: (PE, id).
     acks: Mutex<VecDeque<(PeId, u64)>>,
@@ -729,12 +736,42 @@ impl Inner {
         }
         // SAFETY: a TX context boxed by `track` and handed to the provider,
         // which returns it exactly once.
-        let ctx = unsafe { Box::from_raw(c as *mut OpCtx) };
+        let mut ctx = unsafe { Box::from_raw(c as *mut OpCtx) };
+        if ctx.bounce.capacity() >= BOUNCE_POOL_MIN {
+            self.give_bounce(std::mem::take(&mut ctx.bounce));
+        }
         if kind == KIND_SIGNAL_SEND && error.is_none() {
             // Sent; the target's acknowledgement finishes the operation.
             return;
         }
         self.finish(ctx.id, ctx.result, error);
+    }
+
+    /// A copy of `src` in a bounce buffer, reused from the pool when one
+    /// there is large enough.
+    fn take_bounce(&self, src: &[u8]) -> Vec<u8> {
+        let mut buf = if src.len() >= BOUNCE_POOL_MIN {
+            let mut pool = self.bounce_pool.lock().unwrap_or_else(|e| e.into_inner());
+            pool.iter()
+                .position(|b| b.capacity() >= src.len())
+                .map(|k| pool.swap_remove(k))
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        buf.clear();
+        buf.extend_from_slice(src);
+        buf
+    }
+
+    /// Returns a spent bounce buffer to the pool (or frees it when the pool
+    /// is full).
+    fn give_bounce(&self, buf: Vec<u8>) {
+        let mut pool = self.bounce_pool.lock().unwrap_or_else(|e| e.into_inner());
+        let held: usize = pool.iter().map(Vec::capacity).sum();
+        if held + buf.capacity() <= BOUNCE_POOL_BYTES {
+            pool.push(buf);
+        }
     }
 
     /// Handles a received message: a wake rings this PE's waiters on its
@@ -1550,6 +1587,7 @@ impl Ofi {
             tracks: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             bounce_bytes: AtomicU64::new(0),
+            bounce_pool: Mutex::new(Vec::new()),
             wakes: Mutex::new(VecDeque::new()),
             acks: Mutex::new(VecDeque::new()),
             signal_msg_max,
@@ -1721,7 +1759,7 @@ impl Ofi {
             let mut src = unsafe { ptr.add(o) };
             if copy {
                 // SAFETY: as above.
-                ctx.bounce = unsafe { std::slice::from_raw_parts(src, n) }.to_vec();
+                ctx.bounce = i.take_bounce(unsafe { std::slice::from_raw_parts(src, n) });
                 src = ctx.bounce.as_mut_ptr();
             }
             let remote = i.remote(p, off + o);
