@@ -363,6 +363,19 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// # Errors
     /// The engine's failure, or an error naming a PE whose operations cannot complete.
     fn quiet(&self) -> Result<()>;
+    /// Whether threads that wait in the library should drive this engine
+    /// ([`Transport::progress`]): engines whose data and messages move only
+    /// inside library calls, as manual-progress libfabric providers do.
+    fn wants_progress(&self) -> bool {
+        false
+    }
+    /// Makes progress once on behalf of a thread waiting in the library
+    /// (polls completions, applies arrived messages), so that what the wait
+    /// is for is handled on the waiting thread instead of being handed over
+    /// from a progress thread. Called between checks of a wait's condition
+    /// while it spins or yields, never while it sleeps; cheap when there is
+    /// nothing to do.
+    fn progress(&self) {}
 }
 
 /// What a transport constructor gets: the job as seen from this PE.

@@ -155,6 +155,12 @@ impl Runtime {
         let mut in_use: Vec<u8> = routes.iter().chain(&async_routes).copied().collect();
         in_use.sort_unstable();
         in_use.dedup();
+        let driven = in_use
+            .iter()
+            .map(|&r| &transports[r as usize])
+            .filter(|t| t.wants_progress())
+            .cloned()
+            .collect();
         let local = topology.local_pes().len();
         let cores = config.cores();
         // Engines without a direct mapping move data on progress threads.
@@ -195,6 +201,7 @@ impl Runtime {
             transports,
             routes,
             async_routes,
+            driven,
             in_use,
             direct,
             async_threshold,

@@ -99,6 +99,37 @@ impl Runtime {
         cb: *const ControlBlock,
         watch: wait::Span,
         peer: Option<PeId>,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<()> {
+        if !self.driven.is_empty() {
+            // The waiting thread drives the engines that need it between its
+            // checks: what it waits for is then handled here, not handed
+            // over from a progress thread (an 8-byte put-with-signal
+            // ping-pong over libfabric's tcp provider: 27-31 -> 21-24 us).
+            let driven = &self.driven;
+            let ready = move || {
+                for t in driven {
+                    t.progress();
+                }
+                ready()
+            };
+            // SAFETY: guaranteed by the caller.
+            return unsafe { self.wait_checked(cb, watch, peer, ready) };
+        }
+        // SAFETY: guaranteed by the caller.
+        unsafe { self.wait_checked(cb, watch, peer, ready) }
+    }
+
+    /// [`Runtime::wait_in`] once the condition is final.
+    ///
+    /// # Safety
+    /// As [`Runtime::wait_in`].
+    #[track_caller]
+    unsafe fn wait_checked(
+        &self,
+        cb: *const ControlBlock,
+        watch: wait::Span,
+        peer: Option<PeId>,
         ready: impl FnMut() -> bool,
     ) -> Result<()> {
         let bs = &self.bootstrap;

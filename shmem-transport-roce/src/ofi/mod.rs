@@ -24,7 +24,11 @@
 //! providers such as `tcp;ofi_rxm` move data only inside libfabric calls),
 //! after polling for 150 us past its last completion (waking from
 //! `fi_cq_sread` costs tens of microseconds per message), and threads
-//! waiting for their own operations poll the completion queue themselves. Waking the target's waiters: a remote write is invisible to
+//! waiting for their own operations poll the completion queue themselves.
+//! So do threads waiting in the library for anything else (a signal, a
+//! word, a collective's flag: [`Transport::progress`], while the wait spins
+//! or yields), so that a message they wait for is applied on the waiting
+//! thread instead of being handed over from the progress thread. Waking the target's waiters: a remote write is invisible to
 //! the target's CPU, so after an operation that changed a peer's memory
 //! completes, the initiator sends the peer a small "wake" message naming the
 //! bytes it changed; the peer's progress thread rings its waiters (the same
@@ -504,6 +508,10 @@ struct Inner {
     tracks: Mutex<HashMap<u64, Track>>,
     next_id: AtomicU64,
     bounce_bytes: AtomicU64,
+    /// When a waiting thread last drove progress ([`Transport::progress`]),
+    /// in nanoseconds since `epoch`.
+    driven_at: AtomicU64,
+    epoch: Instant,
     /// Spent bounce buffers for reuse (see [`BOUNCE_POOL_MIN`]).
     bounce_pool: Mutex<Vec<Vec<u8>>>,
     wakes: Mutex<VecDeque<(PeId, Spans)>>,
@@ -1587,6 +1595,8 @@ impl Ofi {
             tracks: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             bounce_bytes: AtomicU64::new(0),
+            driven_at: AtomicU64::new(0),
+            epoch: Instant::now(),
             bounce_pool: Mutex::new(Vec::new()),
             wakes: Mutex::new(VecDeque::new()),
             acks: Mutex::new(VecDeque::new()),
@@ -2160,6 +2170,25 @@ impl Transport for Ofi {
 
     fn can_reach(&self, pe: PeId) -> bool {
         self.reach.get(pe).copied().unwrap_or(false)
+    }
+
+    fn wants_progress(&self) -> bool {
+        !self.inner.auto_progress
+    }
+
+    fn progress(&self) {
+        let i = &self.inner;
+        // At most once a microsecond: a wait checks its condition more often
+        // than that while it spins, and a poll is a system call here.
+        let now = i.epoch.elapsed().as_nanos() as u64;
+        if now.saturating_sub(i.driven_at.load(Ordering::Relaxed)) < 1_000 {
+            return;
+        }
+        i.driven_at.store(now, Ordering::Relaxed);
+        if i.poll_cq(None) > 0 {
+            // Acknowledgements and wake messages the completions owe.
+            i.flush_wakes();
+        }
     }
 
     unsafe fn put(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
