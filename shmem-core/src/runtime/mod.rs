@@ -93,9 +93,6 @@ pub struct Runtime {
     /// visit only these (a linked engine that reaches nobody has nothing
     /// outstanding).
     in_use: Vec<u8>,
-    /// Engines in use that waiting threads drive
-    /// ([`Transport::wants_progress`]).
-    driven: Vec<Arc<dyn Transport>>,
     /// Per PE: its heap's base here when its route is a load/store engine
     /// ([`Capabilities::LOAD_STORE`]): blocking RMA, atomics and signals to
     /// it are done inline, without a call through the engine.
@@ -110,6 +107,9 @@ pub struct Runtime {
     activity: Arc<Activity>,
     /// Allocation collectives run so far (their number in the hang report).
     alloc_seq: std::sync::atomic::AtomicU64,
+    /// Engines in use that waiting threads drive
+    /// ([`Transport::wants_progress`]).
+    driven: Vec<Arc<dyn Transport>>,
 }
 
 // SAFETY: `base` points into `heap`, which is Send + Sync and outlives the
