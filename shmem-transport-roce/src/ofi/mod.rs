@@ -2370,8 +2370,9 @@ impl Transport for Ofi {
                 let data = unsafe { std::slice::from_raw_parts(src, len) };
                 self.post_signal_msg(pe, dst, len, Some(data), sig, op, value)?
             } else {
-                // The signal may only go once the data is in place.
-                let data = self.post_rma(pe, true, dst, src as *mut u8, len, !nbi, None)?;
+                // The signal may only go once the data is in place; the
+                // source stays untouched until then (no bounce copy).
+                let data = self.post_rma(pe, true, dst, src as *mut u8, len, false, None)?;
                 self.inner.wait(&data)?;
                 self.post_signal_msg(pe, dst, len, None, sig, op, value)?
             };
@@ -2395,7 +2396,9 @@ impl Transport for Ofi {
             let data = unsafe { std::slice::from_raw_parts(src, len) };
             self.post_atomic_bytes(pe, dst, data)?;
         } else if len > 0 {
-            let done = self.post_rma(pe, true, dst, src as *mut u8, len, !nbi, None)?;
+            // Unordered: the data's delivery is awaited below, so the
+            // source needs no bounce copy.
+            let done = self.post_rma(pe, true, dst, src as *mut u8, len, !nbi && ordered, None)?;
             if !ordered {
                 // The signal may only be posted once the data is in place.
                 self.inner.wait(&done)?;
