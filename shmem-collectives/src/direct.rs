@@ -42,7 +42,8 @@ fn peer_base<T: Element>(call: &Call<'_>, idx: usize, offset: usize) -> Result<*
 }
 
 /// `dest[..nreduce] = op over every member's source[..nreduce]`, in place
-/// allowed (`dest == source`).
+/// allowed (`dest == source`), on a team of at least two PEs (the only
+/// caller takes this path only then).
 pub(crate) fn direct_allreduce<T: Reducible>(
     call: &mut Call<'_>,
     op: ReduceOp,
@@ -51,6 +52,12 @@ pub(crate) fn direct_allreduce<T: Reducible>(
     nreduce: usize,
 ) -> Result<()> {
     let (n, me) = (call.n, call.me);
+    if n < 2 {
+        return Err(Error::invalid(
+            "team",
+            "a direct reduction needs two PEs or more",
+        ));
+    }
     let per = nreduce.div_ceil(n);
     let block = |b: usize| (b * per).min(nreduce)..((b + 1) * per).min(nreduce);
     let sources = (0..n)
@@ -91,11 +98,6 @@ pub(crate) fn direct_allreduce<T: Reducible>(
         // One pass over the first two sources (in order: floats fold left to
         // right, as on every other path), then one per further source.
         match (in_place, me) {
-            _ if n == 1 => {
-                if !in_place {
-                    out.copy_from_slice(src(0));
-                }
-            }
             (true, 0) => T::combine(op, out, src(1))?,
             (true, 1) => T::combine_rev(op, out, src(0))?,
             _ => T::combine_into(op, out, src(0), src(1))?,

@@ -681,9 +681,10 @@ impl Inner {
     /// [`Inner::poll_cq`] without blocking, unless another thread is
     /// polling right now (then 0 at once): threads that poll in a loop
     /// take turns instead of meeting on the provider's locks, where a
-    /// contended lock puts one of them to sleep (a megabyte streaming in
-    /// while the target's progress thread and its waiting thread both
-    /// polled: a quarter slower).
+    /// contended lock puts one of them to sleep (with the target's progress
+    /// thread and its waiting thread both polling, a 1 MiB put measured
+    /// 661 us against 513 without the waiting thread's polls, medians of
+    /// four noisy runs; taking turns measured 578).
     fn try_poll_cq(&self) -> usize {
         if self
             .polling
