@@ -33,6 +33,10 @@ struct Slot {
     /// Values kept alive until the operation completes (buffers an engine
     /// may still use after a wait gave up).
     keep: Vec<Box<dyn Any + Send>>,
+    /// Threads asleep on the condition variable: finishing wakes it only
+    /// when there are some (a wake-up is a system call even with nobody to
+    /// wake, and most operations are waited for by polling or not at all).
+    sleepers: usize,
 }
 
 struct State {
@@ -151,7 +155,7 @@ impl Completion {
         }
         // "No continuation left" and "done" must be one step: a `then`
         // registered in between would otherwise never run.
-        let (wakers, kept) = loop {
+        let (wakers, kept, sleepers) = loop {
             let mut slot = self.lock();
             match slot.then.take() {
                 Some(then) => {
@@ -165,11 +169,17 @@ impl Completion {
                     break (
                         std::mem::take(&mut slot.wakers),
                         std::mem::take(&mut slot.keep),
+                        slot.sleepers,
                     );
                 }
             }
         };
-        self.state.cv.notify_all();
+        // A waiter counts itself under the lock before it sleeps and checks
+        // `done` under the same lock, so one that was not counted here sees
+        // `done` and does not sleep.
+        if sleepers > 0 {
+            self.state.cv.notify_all();
+        }
         for w in wakers {
             w.wake();
         }
@@ -227,12 +237,14 @@ impl Completion {
                     continue;
                 }
             }
+            slot.sleepers += 1;
             slot = self
                 .state
                 .cv
                 .wait_timeout(slot, Duration::from_millis(100))
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
+            slot.sleepers -= 1;
         }
     }
 }

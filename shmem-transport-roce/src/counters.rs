@@ -14,8 +14,10 @@ pub(crate) struct Counters {
     pub(crate) completed: AtomicU64,
     /// The first failure since the last `quiet` took it.
     pub(crate) error: Mutex<Option<String>>,
-    /// Guards `cv`'s waits.
-    pub(crate) lock: Mutex<()>,
+    /// Guards `cv`'s waits and counts the threads asleep on it: a
+    /// completion wakes them only when there are some (a wake-up is a
+    /// system call even with nobody to wake).
+    pub(crate) lock: Mutex<usize>,
     /// Signalled by every completion.
     pub(crate) cv: Condvar,
 }
@@ -28,7 +30,25 @@ impl Counters {
             slot.get_or_insert_with(|| e.to_string());
         }
         self.completed.fetch_add(1, Ordering::AcqRel);
-        let _g = self.lock.lock();
-        self.cv.notify_all();
+        // A waiter counts itself and checks `completed` under the lock, so
+        // one not counted yet sees this completion and does not sleep.
+        let sleepers = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        if *sleepers > 0 {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Blocks until `completed` reaches `target`, re-checking every 20 ms.
+    pub(crate) fn wait_for(&self, target: u64) {
+        let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        while self.completed.load(Ordering::Acquire) < target {
+            *g += 1;
+            g = self
+                .cv
+                .wait_timeout(g, std::time::Duration::from_millis(20))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+            *g -= 1;
+        }
     }
 }

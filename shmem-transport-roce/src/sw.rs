@@ -991,15 +991,7 @@ impl Transport for SwVerbs {
 
     fn quiet(&self) -> Result<()> {
         let c = &self.counters;
-        let target = c.issued.load(Ordering::Acquire);
-        let mut g = c.lock.lock().unwrap_or_else(|p| p.into_inner());
-        while c.completed.load(Ordering::Acquire) < target {
-            g =
-                c.cv.wait_timeout(g, Duration::from_millis(20))
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|p| p.into_inner().0);
-        }
-        drop(g);
+        c.wait_for(c.issued.load(Ordering::Acquire));
         if let Some(e) = c.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(err(e));
         }
