@@ -69,6 +69,9 @@ pub const FI_AV_TABLE: c_int = 2;
 pub const FI_CQ_FORMAT_CONTEXT: c_int = 1;
 pub const FI_WAIT_NONE: c_int = 0;
 pub const FI_WAIT_UNSPEC: c_int = 1;
+pub const FI_WAIT_FD: c_int = 3;
+/// `fi_control` command that returns a wait object (its file descriptor).
+pub const FI_GETWAIT: c_int = 5;
 pub const FI_CQ_COND_NONE: c_int = 0;
 /// `fi_control` command that enables an endpoint or memory region.
 pub const FI_ENABLE: c_int = 6;
@@ -232,7 +235,7 @@ pub struct fi_ops_fabric {
     pub passive_ep: Opaque,
     pub eq_open: Opaque,
     pub wait_open: Opaque,
-    pub trywait: Opaque,
+    pub trywait: Option<unsafe extern "C" fn(*mut fid_fabric, *mut *mut fid, c_int) -> c_int>,
     pub domain2: Opaque,
 }
 
