@@ -430,13 +430,28 @@ struct OpCtx {
     /// Registration of this operation's local buffer (providers that
     /// require `FI_MR_LOCAL`), closed with the context.
     mr: *mut fid_mr,
+    /// Registration of `bounce` for its whole capacity, which goes back to
+    /// the pool with it (closed with the context if it does not).
+    bounce_mr: *mut fid_mr,
+    bounce_desc: *mut c_void,
 }
 
 impl Drop for OpCtx {
     fn drop(&mut self) {
-        // Runs before `bounce` is freed: the registration goes first.
+        // Runs before `bounce` is freed: the registrations go first.
         close(self.mr.cast());
+        close(self.bounce_mr.cast());
     }
+}
+
+/// A pooled bounce buffer with, where local buffers must be registered
+/// (`FI_MR_LOCAL`), its registration: made once for the buffer's whole
+/// capacity and kept while the buffer is reused (registering a megabyte
+/// pins its pages, which verbs makes cost more than the copy).
+struct Bounce {
+    buf: Vec<u8>,
+    mr: *mut fid_mr,
+    desc: *mut c_void,
 }
 
 /// A receive buffer for wake, signal and acknowledgement messages.
@@ -523,7 +538,7 @@ struct Inner {
     /// A thread is in [`Inner::try_poll_cq`].
     polling: AtomicBool,
     /// Spent bounce buffers for reuse (see [`BOUNCE_POOL_MIN`]).
-    bounce_pool: Mutex<Vec<Vec<u8>>>,
+    bounce_pool: Mutex<Vec<Bounce>>,
     wakes: Mutex<VecDeque<(PeId, Spans)>>,
     /// Acknowledgements of signal messages not sent yet: (PE, id).
     acks: Mutex<VecDeque<(PeId, u64)>>,
@@ -619,6 +634,8 @@ impl Inner {
             result: 0,
             bounce: Vec::new(),
             mr: ptr::null_mut(),
+            bounce_mr: ptr::null_mut(),
+            bounce_desc: ptr::null_mut(),
         })
     }
 
@@ -810,7 +827,11 @@ impl Inner {
         // which returns it exactly once.
         let mut ctx = unsafe { Box::from_raw(c as *mut OpCtx) };
         if ctx.bounce.capacity() >= BOUNCE_POOL_MIN {
-            self.give_bounce(std::mem::take(&mut ctx.bounce));
+            self.give_bounce(Bounce {
+                buf: std::mem::take(&mut ctx.bounce),
+                mr: std::mem::replace(&mut ctx.bounce_mr, ptr::null_mut()),
+                desc: ctx.bounce_desc,
+            });
         }
         if kind == KIND_SIGNAL_SEND && error.is_none() {
             // Sent; the target's acknowledgement finishes the operation.
@@ -820,29 +841,56 @@ impl Inner {
     }
 
     /// A copy of `src` in a bounce buffer, reused from the pool when one
-    /// there is large enough.
-    fn take_bounce(&self, src: &[u8]) -> Vec<u8> {
-        let mut buf = if src.len() >= BOUNCE_POOL_MIN {
+    /// there is large enough; a poolable buffer is registered once when
+    /// local buffers must be (its descriptor is then non-null).
+    fn take_bounce(&self, src: &[u8]) -> Bounce {
+        let empty = || Bounce {
+            buf: Vec::new(),
+            mr: ptr::null_mut(),
+            desc: ptr::null_mut(),
+        };
+        let mut b = if src.len() >= BOUNCE_POOL_MIN {
             let mut pool = self.bounce_pool.lock().unwrap_or_else(|e| e.into_inner());
             pool.iter()
-                .position(|b| b.capacity() >= src.len())
+                .position(|b| b.buf.capacity() >= src.len())
                 .map(|k| pool.swap_remove(k))
-                .unwrap_or_default()
+                .unwrap_or_else(empty)
         } else {
-            Vec::new()
+            empty()
         };
-        buf.clear();
-        buf.extend_from_slice(src);
-        buf
+        b.buf.clear();
+        // Within the capacity of a pooled buffer: no reallocation, so its
+        // registration still covers it.
+        b.buf.extend_from_slice(src);
+        if self.local_mr && b.mr.is_null() && b.buf.capacity() >= BOUNCE_POOL_MIN {
+            let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+            // A failed registration leaves the per-operation one to try
+            // (and report).
+            if let Ok((mr, desc)) = reg_local(
+                &self.api,
+                &self.raw,
+                self.mr_endpoint,
+                key,
+                b.buf.as_ptr(),
+                b.buf.capacity(),
+            ) {
+                b.mr = mr;
+                b.desc = desc;
+            }
+        }
+        b
     }
 
-    /// Returns a spent bounce buffer to the pool (or frees it when the pool
-    /// is full).
-    fn give_bounce(&self, buf: Vec<u8>) {
+    /// Returns a spent bounce buffer to the pool (or frees it and its
+    /// registration when the pool is full).
+    fn give_bounce(&self, b: Bounce) {
         let mut pool = self.bounce_pool.lock().unwrap_or_else(|e| e.into_inner());
-        let held: usize = pool.iter().map(Vec::capacity).sum();
-        if held + buf.capacity() <= BOUNCE_POOL_BYTES {
-            pool.push(buf);
+        let held: usize = pool.iter().map(|b| b.buf.capacity()).sum();
+        if held + b.buf.capacity() <= BOUNCE_POOL_BYTES {
+            pool.push(b);
+        } else {
+            drop(pool);
+            close(b.mr.cast());
         }
     }
 
@@ -1918,12 +1966,19 @@ impl Ofi {
             let mut src = unsafe { ptr.add(o) };
             if copy {
                 // SAFETY: as above.
-                ctx.bounce = i.take_bounce(unsafe { std::slice::from_raw_parts(src, n) });
+                let b = i.take_bounce(unsafe { std::slice::from_raw_parts(src, n) });
+                ctx.bounce = b.buf;
+                ctx.bounce_mr = b.mr;
+                ctx.bounce_desc = b.desc;
                 src = ctx.bounce.as_mut_ptr();
             }
             let remote = i.remote(p, off + o);
             let ep = i.raw.ep;
-            let desc = i.local_desc(&mut ctx, src, n);
+            let desc = if ctx.bounce_desc.is_null() {
+                i.local_desc(&mut ctx, src, n)
+            } else {
+                Ok(ctx.bounce_desc)
+            };
             let raw_ctx = Box::into_raw(ctx);
             let inject = write && bounce && n <= i.inject_size;
             // Delivery completion: `quiet` (which waits for these
@@ -2298,6 +2353,15 @@ impl Drop for Ofi {
         // The progress thread is gone; `inner` is ours alone unless a
         // completion callback still holds it (it does not: they run inline).
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            // Registrations of pooled bounce buffers go before the domain.
+            for b in inner
+                .bounce_pool
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .drain(..)
+            {
+                close(b.mr.cast());
+            }
             inner.raw.close_all();
             for r in inner.rx.drain(..) {
                 // SAFETY: the endpoint is closed, so the provider no longer

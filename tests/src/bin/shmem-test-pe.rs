@@ -942,6 +942,28 @@ fn bulk(pe: &Shmem) -> Result<()> {
     pe.quiet()?;
     pe.barrier_all()?;
     check!(me, pe.read_local(&other)? == got, "large put_nbi");
+    // Blocking puts large enough that their bounce buffers are pooled (and,
+    // where local buffers must be registered, registered once): reused
+    // from one put to the next while earlier ones may still be in flight.
+    let chunk = 64 << 10;
+    for round in 0..6u32 {
+        let v: Vec<u32> = (0..chunk as u32)
+            .map(|i| i ^ round << 20 ^ (me as u32) << 24)
+            .collect();
+        let at = round as usize * chunk;
+        pe.put(other.slice(at..at + chunk)?, &v, r)?;
+    }
+    pe.quiet()?;
+    pe.barrier_all()?;
+    let pooled = pe.read_local(other.slice(..6 * chunk)?)?;
+    check!(
+        me,
+        pooled.chunks(chunk).enumerate().all(|(round, c)| c
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v == i as u32 ^ (round as u32) << 20 ^ (l as u32) << 24)),
+        "blocking puts through pooled bounce buffers"
+    );
     // put_signal_nbi: the receiver sees the whole block once the signal is set.
     let sig = pe.calloc::<u64>(1)?;
     let payload: Vec<u32> = vec![0xC0DE_0000 | me as u32; len / 4];
