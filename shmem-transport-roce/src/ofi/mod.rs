@@ -218,6 +218,38 @@ unsafe fn atomic_write_delivered(
 }
 
 /// Little-endian word `i` of a received message.
+/// Adds `add`'s ranges to `into`'s two: a range joins one it overlaps or
+/// touches, else takes an empty slot, else widens the slot nearest to it
+/// (a wider wake only re-checks more waiters; it never misses one).
+fn merge_spans(into: &mut Spans, add: &Spans) {
+    for &(off, len) in add.iter().filter(|r| r.1 > 0) {
+        let end = off.saturating_add(len);
+        let gap = |&(o, l): &(u64, u64)| {
+            let e = o.saturating_add(l);
+            if l == 0 {
+                u64::MAX
+            } else if end < o {
+                o - end
+            } else {
+                off.saturating_sub(e)
+            }
+        };
+        let k = match into.iter().position(|r| r.1 > 0 && gap(r) == 0) {
+            Some(k) => k,
+            None => match into.iter().position(|r| r.1 == 0) {
+                Some(k) => {
+                    into[k] = (off, len);
+                    continue;
+                }
+                None => (0..into.len()).min_by_key(|&k| gap(&into[k])).unwrap_or(0),
+            },
+        };
+        let (o, l) = into[k];
+        let lo = o.min(off);
+        into[k] = (lo, o.saturating_add(l).max(end) - lo);
+    }
+}
+
 fn le_word(b: &[u8], i: usize) -> u64 {
     b.get(i * 8..i * 8 + 8)
         .and_then(|w| w.try_into().ok())
@@ -657,10 +689,7 @@ impl Inner {
                     o.store(result, Ordering::Release);
                 }
                 if let Some(w) = t.wake {
-                    self.wakes
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push_back((t.pe, w));
+                    self.queue_wake(t.pe, w);
                 }
                 t.done.finish_part(Ok(()));
                 self.counters.complete(None);
@@ -678,6 +707,17 @@ impl Inner {
                 }));
                 self.counters.complete(Some(&why));
             }
+        }
+    }
+
+    /// Queues a wake of `pe` for `spans`, into the wake already queued for
+    /// `pe` when there is one: the completions one poll reads (a burst of
+    /// small puts) then cost one wake message per peer, not one each.
+    fn queue_wake(&self, pe: PeId, spans: Spans) {
+        let mut q = self.wakes.lock().unwrap_or_else(|e| e.into_inner());
+        match q.iter_mut().find(|(p, _)| *p == pe) {
+            Some((_, queued)) => merge_spans(queued, &spans),
+            None => q.push_back((pe, spans)),
         }
     }
 
@@ -2282,11 +2322,7 @@ impl Ofi {
     }
 
     fn wake_after(&self, pe: PeId, spans: Spans) {
-        self.inner
-            .wakes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back((pe, spans));
+        self.inner.queue_wake(pe, spans);
         self.inner.flush_wakes();
     }
 
@@ -2662,6 +2698,32 @@ mod tests {
         let b = postcard::to_stdvec(&c).unwrap();
         assert_eq!(postcard::from_bytes::<PeerCard>(&b).unwrap(), c);
         assert!(postcard::from_bytes::<PeerCard>(&b[..b.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn merged_wakes_cover_every_range() {
+        let covers = |s: &Spans, off: u64, len: u64| {
+            s.iter()
+                .any(|&(o, l)| l > 0 && o <= off && off + len <= o + l)
+        };
+        // Same and touching ranges join; a distant one takes the free slot.
+        let mut s: Spans = [(4096, 8), (0, 0)];
+        merge_spans(&mut s, &[(4096, 8), (0, 0)]);
+        assert_eq!(s, [(4096, 8), (0, 0)]);
+        merge_spans(&mut s, &[(4104, 8), (0, 0)]);
+        assert_eq!(s, [(4096, 16), (0, 0)]);
+        merge_spans(&mut s, &[(1 << 20, 64), (0, 0)]);
+        assert_eq!(s, [(4096, 16), (1 << 20, 64)]);
+        // With both slots taken, a third range widens the nearest one.
+        merge_spans(&mut s, &[(8192, 8), (9000, 100)]);
+        for (off, len) in [(4096, 16), (1 << 20, 64), (8192, 8), (9000, 100)] {
+            assert!(covers(&s, off, len), "{s:?} misses {off}+{len}");
+        }
+        assert_eq!(s[1], (1 << 20, 64), "{s:?}");
+        // Empty ranges change nothing.
+        let before = s;
+        merge_spans(&mut s, &[(0, 0), (0, 0)]);
+        assert_eq!(s, before);
     }
 
     #[test]
