@@ -46,9 +46,11 @@
 //!
 //! Memory registration: the heap is one region; providers that require
 //! registered local buffers (`FI_MR_LOCAL`, e.g. verbs) also get the
-//! receive buffers registered at set-up and every other local buffer of a
-//! data transfer registered per operation (its context closes the region
-//! at completion); `SHMEM_ROCE_OFI_MR_LOCAL=1` forces that on any provider.
+//! receive buffers registered at set-up, pooled bounce buffers registered
+//! once (the registration stays with the buffer while it is reused), and
+//! every other local buffer of a data transfer registered per operation
+//! (its context closes the region at completion);
+//! `SHMEM_ROCE_OFI_MR_LOCAL=1` forces that on any provider.
 //!
 //! Failures: an error completion marks its peer failed; an operation that
 //! gets no completion while its peer sends nothing for `SHMEM_LINK_TIMEOUT`
