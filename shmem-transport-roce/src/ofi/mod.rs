@@ -252,6 +252,18 @@ fn merge_spans(into: &mut Spans, add: &Spans) {
     }
 }
 
+/// What the idle progress thread's wait on the completion queue's file
+/// descriptor found.
+enum Traffic {
+    /// Traffic, or pending work (`fi_trywait` said not to block).
+    Yes,
+    /// The wait timed out (or was interrupted).
+    No,
+    /// The descriptor cannot be waited on; the thread falls back to
+    /// `fi_cq_sread`.
+    Broken(String),
+}
+
 fn le_word(b: &[u8], i: usize) -> u64 {
     b.get(i * 8..i * 8 + 8)
         .and_then(|w| w.try_into().ok())
@@ -778,17 +790,19 @@ impl Inner {
     /// traffic or `ms` milliseconds pass, once `fi_trywait` says that
     /// nothing is pending; returns whether there is traffic or pending work
     /// (a poll of the completion queue handles either).
-    fn wait_traffic(&self, fd: c_int, ms: c_int) -> bool {
+    fn wait_traffic(&self, fd: c_int, ms: c_int) -> Traffic {
         // SAFETY: the fabric is open for the engine's life.
         let Some(trywait) = (unsafe { (*(*self.raw.fabric).ops).trywait }) else {
-            return true;
+            return Traffic::Broken("no fi_trywait".into());
         };
         // SAFETY: the completion queue is open for the engine's life; its
         // fid is the first field of fid_cq.
         let mut fids = [unsafe { ptr::addr_of_mut!((*self.raw.cq).fid) }];
         // SAFETY: an open fabric and an array of one open fid.
-        if unsafe { trywait(self.raw.fabric, fids.as_mut_ptr(), 1) } != 0 {
-            return true;
+        match unsafe { trywait(self.raw.fabric, fids.as_mut_ptr(), 1) } {
+            0 => {}
+            r if r == -FI_EAGAIN => return Traffic::Yes,
+            r => return Traffic::Broken(format!("fi_trywait: {}", self.api.error(r as isize))),
         }
         let mut p = libc::pollfd {
             fd,
@@ -796,7 +810,22 @@ impl Inner {
             revents: 0,
         };
         // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut p, 1, ms) > 0 }
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Traffic::No;
+            }
+            return Traffic::Broken(format!("poll: {e}"));
+        }
+        if p.revents & (libc::POLLERR | libc::POLLNVAL) != 0 {
+            return Traffic::Broken(format!("poll: revents {:#x}", p.revents));
+        }
+        if r > 0 {
+            Traffic::Yes
+        } else {
+            Traffic::No
+        }
     }
 
     /// Reads up to a batch of completions; returns how many were handled.
@@ -1841,6 +1870,7 @@ impl Ofi {
                 let i = inner2;
                 let mut last_dog = Instant::now();
                 let mut active = Instant::now();
+                let mut wait_fd = i.wait_fd;
                 while !i.stopping.load(Ordering::SeqCst) {
                     // Within HOT of the last completion the thread polls and
                     // yields the core between polls (traffic comes in
@@ -1860,14 +1890,22 @@ impl Ofi {
                         }
                     }
                     let block = (!i.auto_progress && !hot).then_some(20);
-                    let got = match (block, i.wait_fd) {
+                    let got = match (block, wait_fd) {
                         (Some(ms), Some(fd)) => {
                             // Traffic that makes no completion here (a
                             // peer's read of this PE's memory) keeps the
                             // thread polling too: a peer that reads in a
                             // loop is served without a wake-up per read.
-                            if i.wait_traffic(fd, ms) {
-                                active = Instant::now();
+                            match i.wait_traffic(fd, ms) {
+                                Traffic::Yes => active = Instant::now(),
+                                Traffic::No => {}
+                                Traffic::Broken(why) => {
+                                    shmem_log!(
+                                        Warn,
+                                        "ROCE/ofi: cannot wait on the completion queue's descriptor ({why}); blocking in fi_cq_sread instead"
+                                    );
+                                    wait_fd = None;
+                                }
                             }
                             i.poll_cq(None)
                         }
