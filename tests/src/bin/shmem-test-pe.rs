@@ -945,6 +945,8 @@ fn bulk(pe: &Shmem) -> Result<()> {
     // Blocking puts large enough that their bounce buffers are pooled (and,
     // where local buffers must be registered, registered once): reused
     // from one put to the next while earlier ones may still be in flight.
+    // They overwrite `other`: every PE has checked its copy first.
+    pe.barrier_all()?;
     let chunk = 64 << 10;
     for round in 0..6u32 {
         let v: Vec<u32> = (0..chunk as u32)
