@@ -219,7 +219,6 @@ unsafe fn atomic_write_delivered(
     unsafe { ((*(*ep).atomic).writemsg)(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE) }
 }
 
-/// Little-endian word `i` of a received message.
 /// Adds `add`'s ranges to `into`'s two: a range joins one it overlaps or
 /// touches, else takes an empty slot, else widens the slot nearest to it
 /// (a wider wake only re-checks more waiters; it never misses one).
@@ -264,6 +263,7 @@ enum Traffic {
     Broken(String),
 }
 
+/// Little-endian word `i` of a received message.
 fn le_word(b: &[u8], i: usize) -> u64 {
     b.get(i * 8..i * 8 + 8)
         .and_then(|w| w.try_into().ok())
