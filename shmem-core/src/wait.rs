@@ -478,7 +478,11 @@ mod tests {
     ) -> std::thread::JoinHandle<Result<(), ()>> {
         let before = cb.waiters.load(Ordering::SeqCst);
         let (cb2, flag2) = (cb.clone(), flag.clone());
+        let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let tid2 = tid.clone();
         let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid2.store(unsafe { libc::gettid() }, Ordering::SeqCst);
             let p = policy(
                 Duration::from_micros(1),
                 Duration::from_secs(5),
@@ -497,6 +501,30 @@ mod tests {
             }
         });
         while cb.waiters.load(Ordering::SeqCst) == before {
+            std::thread::yield_now();
+        }
+        // Registered is not yet asleep: between counting itself and
+        // blocking, the waiter re-checks its condition, and a flag set in
+        // that window is seen without a wake-up. Its only blocking call
+        // from here is the futex wait, so wait for the kernel to report
+        // the thread sleeping.
+        let stat = format!("/proc/self/task/{}/stat", tid.load(Ordering::SeqCst));
+        let start = std::time::Instant::now();
+        loop {
+            let state = std::fs::read_to_string(&stat)
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .map(|(_, rest)| rest.trim_start().chars().next())
+                })
+                .flatten();
+            if state == Some('S') {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the waiter did not go to sleep ({stat}: {state:?})"
+            );
             std::thread::yield_now();
         }
         t
