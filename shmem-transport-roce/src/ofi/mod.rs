@@ -613,9 +613,6 @@ struct Inner {
     link: Duration,
     stopping: AtomicBool,
     sread: bool,
-    /// The completion queue's wait descriptor (`FI_WAIT_FD`), which the
-    /// progress thread polls instead of blocking in `fi_cq_sread`.
-    wait_fd: Option<c_int>,
     /// The provider moves data on its own threads (`FI_PROGRESS_AUTO`): a
     /// posted operation may still be queued inside this process on return.
     auto_progress: bool,
@@ -1856,7 +1853,6 @@ impl Ofi {
             link: init.config.link_timeout.max(Duration::from_millis(100)),
             stopping: AtomicBool::new(false),
             sread: opened.sread,
-            wait_fd: opened.wait_fd,
             auto_progress: opened.progress == FI_PROGRESS_AUTO,
             info,
         });
@@ -1864,13 +1860,16 @@ impl Ofi {
             inner.post_rx(r);
         }
         let inner2 = inner.clone();
+        let first_wait_fd = opened.wait_fd;
         let progress = std::thread::Builder::new()
             .name("shmem-roce-ofi".into())
             .spawn(move || {
                 let i = inner2;
                 let mut last_dog = Instant::now();
                 let mut active = Instant::now();
-                let mut wait_fd = i.wait_fd;
+                // The completion queue's wait descriptor (`FI_WAIT_FD`),
+                // polled instead of blocking in `fi_cq_sread` while it works.
+                let mut wait_fd = first_wait_fd;
                 while !i.stopping.load(Ordering::SeqCst) {
                     // Within HOT of the last completion the thread polls and
                     // yields the core between polls (traffic comes in
