@@ -499,7 +499,12 @@ impl Call<'_> {
 
     /// Where heap offset `off..off + len` of world PE `pe` is mapped here
     /// (checked to be inside the heap).
-    fn mapped_ptr(&self, pe: PeId, off: usize, len: usize) -> Result<std::ptr::NonNull<u8>> {
+    pub(crate) fn mapped_ptr(
+        &self,
+        pe: PeId,
+        off: usize,
+        len: usize,
+    ) -> Result<std::ptr::NonNull<u8>> {
         self.rt.check_range(off, len)?;
         self.rt
             .peer_ptr(off, pe)?

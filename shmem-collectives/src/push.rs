@@ -294,46 +294,65 @@ pub(crate) fn check_receipts(
     let layout = &call.coll.layout;
     let first = call.word(layout.push_receipt(parity, 0));
     let me_pe = call.rt.my_pe();
-    let word = |pe, w| call.mapped_word(pe, call.word(w));
-    let receipts = (0..call.n)
-        .map(|j| word(me_pe, layout.push_receipt(parity, j)))
-        .collect::<Result<Vec<_>>>()?;
-    let others = (0..call.n)
-        .map(|j| words_of(call, call.pe(j)))
-        .collect::<Result<Vec<_>>>()?;
+    // This PE's receipt slots: `n` consecutive words of its own heap.
+    let receipts = call
+        .mapped_ptr(me_pe, first.offset(), call.n * 8)?
+        .as_ptr()
+        .cast::<u64>();
     let tag = tag_of(seq);
     let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Acquire);
     let mut differed = None;
+    let mut failed = None;
     let mut next = 0;
     call.rt.wait_on(first.offset(), call.n * 8, || {
         while next < call.n {
             if next != call.me {
-                // The PE's own words first: a receipt written before them
-                // is then seen below.
-                let w = others[next].map(load);
-                let other_root = w[parity] & !0xFFFF_FFFF == tag;
-                let e = w[2 + parity];
-                // Entered naming another root, or with invalid arguments
-                // of its own (it fails by itself; a receipt may follow).
-                let elsewhere =
-                    e & !0xFFFF_FFFF == tag && (e as u32 != value || e as u32 == BAD_ARGS);
-                // Moved past this publish without a receipt here.
-                let gone = w.iter().any(|&x| after(x, seq));
-                let got = load(receipts[next]);
-                if got & !0xFFFF_FFFF == tag {
-                    if got as u32 != value {
+                // SAFETY: slot `next` of the `n` consecutive receipt words
+                // (mapped for the runtime's life, written only atomically).
+                let slot = unsafe { std::sync::atomic::AtomicU64::from_ptr(receipts.add(next)) };
+                // The common case: the member's receipt of this publish,
+                // read without touching the member's own words.
+                let mut got = load(slot);
+                if got & !0xFFFF_FFFF != tag {
+                    // Its own words, then the receipt again: a receipt
+                    // written before the words changed is seen then.
+                    let w = match words_of(call, call.pe(next)) {
+                        Ok(w) => w.map(load),
+                        Err(e) => {
+                            failed = Some(e);
+                            return true;
+                        }
+                    };
+                    got = load(slot);
+                    if got & !0xFFFF_FFFF != tag {
+                        let other_root = w[parity] & !0xFFFF_FFFF == tag;
+                        let e = w[2 + parity];
+                        // Entered naming another root, or with invalid
+                        // arguments of its own (it fails by itself; a
+                        // receipt may follow).
+                        let elsewhere =
+                            e & !0xFFFF_FFFF == tag && (e as u32 != value || e as u32 == BAD_ARGS);
+                        // Moved past this publish without a receipt here.
+                        let gone = w.iter().any(|&x| after(x, seq));
+                        if !(other_root || elsewhere || gone) {
+                            return false;
+                        }
                         differed.get_or_insert(next);
+                        next += 1;
+                        continue;
                     }
-                } else if other_root || elsewhere || gone {
+                }
+                if got as u32 != value {
                     differed.get_or_insert(next);
-                } else {
-                    return false;
                 }
             }
             next += 1;
         }
         true
     })?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
     if value == BAD_ARGS {
         // This PE's own call was invalid and failed already.
         return Ok(None);
