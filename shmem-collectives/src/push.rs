@@ -303,6 +303,8 @@ pub(crate) fn check_receipts(
     let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Acquire);
     let mut differed = None;
     let mut failed = None;
+    // The words of the member whose receipt is awaited, found once.
+    let mut own_words = None;
     let mut next = 0;
     call.rt.wait_on(first.offset(), call.n * 8, || {
         while next < call.n {
@@ -316,13 +318,20 @@ pub(crate) fn check_receipts(
                 if got & !0xFFFF_FFFF != tag {
                     // Its own words, then the receipt again: a receipt
                     // written before the words changed is seen then.
-                    let w = match words_of(call, call.pe(next)) {
-                        Ok(w) => w.map(load),
-                        Err(e) => {
-                            failed = Some(e);
-                            return true;
-                        }
+                    let words = match own_words {
+                        Some((j, w)) if j == next => w,
+                        _ => match words_of(call, call.pe(next)) {
+                            Ok(w) => {
+                                own_words = Some((next, w));
+                                w
+                            }
+                            Err(e) => {
+                                failed = Some(e);
+                                return true;
+                            }
+                        },
                     };
+                    let w = words.map(load);
                     got = load(slot);
                     if got & !0xFFFF_FFFF != tag {
                         let other_root = w[parity] & !0xFFFF_FFFF == tag;
