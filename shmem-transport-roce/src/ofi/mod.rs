@@ -358,6 +358,29 @@ impl InfoList<'_> {
     }
 }
 
+/// Why the `sockets` provider will be slow here, if it will: its progress
+/// threads spin for `FI_SOCKETS_PE_WAITTIME` milliseconds (10 by default)
+/// before they sleep, and where this node's PEs already fill its cores the
+/// spinning takes their time slices: an 8-byte get measured 4 ms and a
+/// put-with-signal ping-pong 2 ms per hop on 2 cores, against 0.1 ms with
+/// `FI_SOCKETS_PE_WAITTIME=0`.
+fn sockets_spin_warning(
+    provider: &str,
+    waittime_set: bool,
+    local_pes: usize,
+    cores: usize,
+) -> Option<String> {
+    if !provider.starts_with("sockets") || waittime_set || cores > 2 * local_pes.max(1) {
+        return None;
+    }
+    Some(format!(
+        "the libfabric `sockets` provider's progress threads spin 10 ms before they sleep \
+         (FI_SOCKETS_PE_WAITTIME), and this PE may run on {cores} core(s) with {local_pes} PE(s) \
+         on its node: operations may take milliseconds. Set FI_SOCKETS_PE_WAITTIME=0, or use \
+         FI_PROVIDER=tcp"
+    ))
+}
+
 fn api_version(api: &Api) -> u32 {
     // SAFETY: fi_version has no preconditions.
     let lib = unsafe { (api.version)() };
@@ -1940,6 +1963,16 @@ impl Ofi {
         engine.connect_all()?;
         bs.barrier()?;
         shmem_log!(Info, "ROCE: libfabric {}", engine.inner.info);
+        if let Some(why) = sockets_spin_warning(
+            &opened.provider,
+            std::env::var_os("FI_SOCKETS_PE_WAITTIME").is_some(),
+            init.topology.local_pes().len(),
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ) {
+            if me == init.topology.local_pes().first().copied().unwrap_or(me) {
+                shmem_log!(Warn, "ROCE: {why}");
+            }
+        }
         if init.config.info && me == 0 {
             eprintln!("shmem ROCE engine: libfabric {}", engine.inner.info);
         }
@@ -2737,6 +2770,17 @@ mod tests {
         let b = postcard::to_stdvec(&c).unwrap();
         assert_eq!(postcard::from_bytes::<PeerCard>(&b).unwrap(), c);
         assert!(postcard::from_bytes::<PeerCard>(&b[..b.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn a_spinning_sockets_provider_on_few_cores_is_named() {
+        let w = sockets_spin_warning("sockets", false, 2, 2).expect("warned");
+        assert!(w.contains("FI_SOCKETS_PE_WAITTIME=0"), "{w}");
+        // Set by the user, another provider, or cores to spare: quiet.
+        assert!(sockets_spin_warning("sockets", true, 2, 2).is_none());
+        assert!(sockets_spin_warning("tcp;ofi_rxm", false, 2, 2).is_none());
+        assert!(sockets_spin_warning("sockets", false, 2, 16).is_none());
+        assert!(sockets_spin_warning("sockets", false, 8, 16).is_some());
     }
 
     #[test]
