@@ -417,6 +417,18 @@ fn describe_type(obj: &Bound<'_, PyAny>) -> String {
 /// torch tensor. A numpy array or tensor viewing a freed `Buffer` is an
 /// error (see [`check_not_stale`]).
 pub(crate) fn local(obj: &Bound<'_, PyAny>, arg: &str, writable: bool) -> PyResult<Local> {
+    local_as(obj, arg, writable, true)
+}
+
+/// [`local`] for calls that move bytes and never look at the element type
+/// (put, get and their variants): a torch tensor's `dtype` is not read
+/// (one attribute read and a lookup fewer per call).
+pub(crate) fn local_bytes(obj: &Bound<'_, PyAny>, arg: &str, writable: bool) -> PyResult<Local> {
+    local_as(obj, arg, writable, false)
+}
+
+/// [`local`], with the element type found only when `typed`.
+fn local_as(obj: &Bound<'_, PyAny>, arg: &str, writable: bool, typed: bool) -> PyResult<Local> {
     if let Ok(b) = obj.cast::<Buffer>() {
         let b = b.get();
         b.check_live()?;
@@ -465,7 +477,7 @@ pub(crate) fn local(obj: &Bound<'_, PyAny>, arg: &str, writable: bool) -> PyResu
         });
     }
     if is_torch_tensor(obj) || obj.hasattr(pyo3::intern!(obj.py(), "data_ptr"))? {
-        return torch_local(obj, arg);
+        return torch_local(obj, arg, typed);
     }
     Err(PyTypeError::new_err(format!(
         "`{arg}` must be a shmem Buffer, an object with the buffer protocol (numpy array, \
@@ -595,7 +607,7 @@ fn check_not_stale(
     Ok(())
 }
 
-fn torch_local(t: &Bound<'_, PyAny>, arg: &str) -> PyResult<Local> {
+fn torch_local(t: &Bound<'_, PyAny>, arg: &str, typed: bool) -> PyResult<Local> {
     let py = t.py();
     if !t.getattr(pyo3::intern!(py, "is_cpu"))?.is_truthy()? {
         let device = t.getattr(pyo3::intern!(py, "device"))?.str()?.to_string();
@@ -611,8 +623,11 @@ fn torch_local(t: &Bound<'_, PyAny>, arg: &str) -> PyResult<Local> {
             "`{arg}` must be a contiguous tensor (call .contiguous())"
         )));
     }
-    let dtype_obj = t.getattr(pyo3::intern!(py, "dtype"))?;
-    let (dtype, itemsize) = crate::dtype::torch_dtype(&dtype_obj)?;
+    let (dtype, itemsize) = if typed {
+        crate::dtype::torch_dtype(&t.getattr(pyo3::intern!(py, "dtype"))?)?
+    } else {
+        (None, 1)
+    };
     let len: usize = t.getattr(pyo3::intern!(py, "nbytes"))?.extract()?;
     let addr: usize = t.call_method0(pyo3::intern!(py, "data_ptr"))?.extract()?;
     check_not_stale(t, viewed_by_tensor(t), addr, len, arg)?;
@@ -696,6 +711,15 @@ pub(crate) fn sym(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Sym> {
 /// Like [`sym`], also accepting a peer view (`get_peer_buffer(buf, pe)`),
 /// which the caller checks against its PE with [`Sym::for_pe`].
 pub(crate) fn sym_peer(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Sym> {
+    sym_peer_as(obj, arg, true)
+}
+
+/// [`sym_peer`] for calls that move bytes (see [`local_bytes`]).
+pub(crate) fn sym_peer_bytes(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Sym> {
+    sym_peer_as(obj, arg, false)
+}
+
+fn sym_peer_as(obj: &Bound<'_, PyAny>, arg: &str, typed: bool) -> PyResult<Sym> {
     if let Ok(b) = obj.cast::<Buffer>() {
         let b = b.get();
         b.check_live()?;
@@ -708,7 +732,7 @@ pub(crate) fn sym_peer(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Sym> {
             peer: b.peer,
         });
     }
-    let l = local(obj, arg, false)?;
+    let l = local_as(obj, arg, false, typed)?;
     sym_at(l.addr, l.len, arg).map(|mut s| {
         s.itemsize = l.itemsize;
         s.dtype = l.dtype;

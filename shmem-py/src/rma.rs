@@ -14,7 +14,9 @@ use shmem_core::{AmoOp, Runtime};
 use crate::args::{CmpArg, Pe, SigOpArg};
 use crate::dtype::{with_numeric, Dtype, PyNum};
 use crate::errors::{invalid, with_context, OrPy};
-use crate::memory::{local, pe_arg, sym, sym_peer, try_sym, Local, Sym};
+use crate::memory::{
+    local, local_bytes, pe_arg, sym, sym_peer, sym_peer_bytes, try_sym, Local, Sym,
+};
 use crate::state;
 use crate::streams::{release, settle, stream_arg, StreamSel};
 
@@ -133,14 +135,14 @@ pub(crate) fn put(
     stream: Option<&Bound<'_, PyAny>>,
     nbytes: Option<usize>,
 ) -> PyResult<()> {
-    let d = sym_peer(dst, "dst")?;
+    let d = sym_peer_bytes(dst, "dst")?;
     let pe = pe_arg(remote_pe.0, d.sh.n_pes())?;
     let d = d.for_pe(pe, "dst")?;
     if let Some(st) = stream_arg(stream)?.stream(&d.sh, "dst")? {
         return put_on_stream(&st, &d, src, pe, nbytes, None);
     }
     settle(py, &d.sh)?;
-    let s = local(src, "src", false)?;
+    let s = local_bytes(src, "src", false)?;
     let n = put_len(nbytes, s.len, d.len, pe)?;
     if n == 0 {
         return Ok(());
@@ -173,7 +175,7 @@ fn put_on_stream(
             (p.as_ptr() as usize, s.len, None)
         }
         _ => {
-            let l: Local = local(src, "src", false)?;
+            let l: Local = local_bytes(src, "src", false)?;
             (l.addr, l.len, Some(l.keep))
         }
     };
@@ -214,10 +216,10 @@ pub(crate) fn get(
     stream: Option<&Bound<'_, PyAny>>,
     nbytes: Option<usize>,
 ) -> PyResult<()> {
-    let s = sym_peer(src, "src")?;
+    let s = sym_peer_bytes(src, "src")?;
     let pe = pe_arg(remote_pe.0, s.sh.n_pes())?;
     let s = s.for_pe(pe, "src")?;
-    let d = local(dst, "dst", true)?;
+    let d = local_bytes(dst, "dst", true)?;
     let n = get_len(nbytes, d.len, s.len, pe)?;
     if let Some(st) = stream_arg(stream)?.stream(&s.sh, "src")? {
         let (off, addr, keep) = (s.offset, d.addr, Some(d.keep));
@@ -263,11 +265,11 @@ pub(crate) fn put_nbi(
     remote_pe: Pe,
     nbytes: Option<usize>,
 ) -> PyResult<()> {
-    let d = sym_peer(dst, "dst")?;
+    let d = sym_peer_bytes(dst, "dst")?;
     let pe = pe_arg(remote_pe.0, d.sh.n_pes())?;
     let d = d.for_pe(pe, "dst")?;
     settle_now(&d.sh)?;
-    let s = local(src, "src", false)?;
+    let s = local_bytes(src, "src", false)?;
     let n = put_len(nbytes, s.len, d.len, pe)?;
     if n == 0 {
         return Ok(());
@@ -288,11 +290,11 @@ pub(crate) fn get_nbi(
     remote_pe: Pe,
     nbytes: Option<usize>,
 ) -> PyResult<()> {
-    let s = sym_peer(src, "src")?;
+    let s = sym_peer_bytes(src, "src")?;
     let pe = pe_arg(remote_pe.0, s.sh.n_pes())?;
     let s = s.for_pe(pe, "src")?;
     settle_now(&s.sh)?;
-    let d = local(dst, "dst", true)?;
+    let d = local_bytes(dst, "dst", true)?;
     let n = get_len(nbytes, d.len, s.len, pe)?;
     if n == 0 {
         return Ok(());
@@ -511,7 +513,7 @@ pub(crate) fn put_signal(
     nbytes: Option<usize>,
     nbi: bool,
 ) -> PyResult<()> {
-    let d = sym_peer(dst, "dst")?;
+    let d = sym_peer_bytes(dst, "dst")?;
     let sig = signal_sym(signal_var, "signal_var", true)?;
     same_instance(&d, &sig, "put_signal")?;
     let op = signal_op_arg(signal_operation.0)?;
@@ -528,7 +530,7 @@ pub(crate) fn put_signal(
         return put_on_stream(&st, &d, src, pe, nbytes, Some((sref, signal_val, op)));
     }
     settle(py, &d.sh)?;
-    let s = local(src, "src", false)?;
+    let s = local_bytes(src, "src", false)?;
     let n = put_len(nbytes, s.len, d.len, pe)?;
     let dslice = SymSlice::<u8>::from_raw_parts(d.offset, n, d.instance());
     let ctx = || format!("put_signal of {n} bytes to PE {pe}");

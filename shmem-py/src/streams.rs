@@ -14,7 +14,7 @@ use shmem::{Completion, Shmem};
 
 use crate::args::Pe;
 use crate::errors::{invalid, with_context, OrPy};
-use crate::memory::{local, pe_arg, sym_peer};
+use crate::memory::{local_bytes, pe_arg, sym_peer_bytes};
 use crate::state::{self, Keep};
 
 /// An ordered queue of communication on one instance, executed
@@ -401,10 +401,10 @@ pub(crate) fn put_handle(
     remote_pe: Pe,
     nbytes: Option<usize>,
 ) -> PyResult<Handle> {
-    let d = sym_peer(dst, "dst")?;
+    let d = sym_peer_bytes(dst, "dst")?;
     let pe = pe_arg(remote_pe.0, d.sh.n_pes())?;
     let d = d.for_pe(pe, "dst")?;
-    let s = local(src, "src", false)?;
+    let s = local_bytes(src, "src", false)?;
     let n = crate::rma::put_len(nbytes, s.len, d.len, pe)?;
     let what = format!("put of {n} bytes to PE {pe}");
     // SAFETY: `s.keep` holds the source memory in place until the handle
@@ -429,10 +429,10 @@ pub(crate) fn get_handle(
     remote_pe: Pe,
     nbytes: Option<usize>,
 ) -> PyResult<Handle> {
-    let s = sym_peer(src, "src")?;
+    let s = sym_peer_bytes(src, "src")?;
     let pe = pe_arg(remote_pe.0, s.sh.n_pes())?;
     let s = s.for_pe(pe, "src")?;
-    let d = local(dst, "dst", true)?;
+    let d = local_bytes(dst, "dst", true)?;
     let n = crate::rma::get_len(nbytes, d.len, s.len, pe)?;
     let what = format!("get of {n} bytes from PE {pe}");
     // SAFETY: `d.keep` holds the destination in place until completion.
