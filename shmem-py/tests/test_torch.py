@@ -106,26 +106,32 @@ def torch_bytes(rank, n):
     sym = shmem._shmem.torch_view(buf)[:64].view(torch.int32)  # 16 symmetric int32
     sym.zero_()
     core.barrier_all()
-    # Byte-moving calls take any dtype and size: put from torch into a
-    # torch destination, get into torch, put_signal from torch.
+    # Byte-moving calls take any dtype and size: a blocking put from torch
+    # into a torch destination, blocking and stream-ordered gets into
+    # torch tensors of another dtype.
     src = torch.arange(16, dtype=torch.int32) + 100 * rank
-    core.put(sym, src, peer)
+    shmem.put(sym, src, peer)
     core.barrier_all()
     want = torch.arange(16, dtype=torch.int32) + 100 * ((rank - 1) % n)
     assert torch.equal(sym, want), sym
-    got = torch.zeros(8, dtype=torch.float64)  # 64 bytes, another dtype
-    core.get(got, sym, peer)
-    assert got.view(torch.int32).tolist() == (torch.arange(16, dtype=torch.int32) + 100 * rank).tolist()
+    theirs = (torch.arange(16, dtype=torch.int32) + 100 * rank).tolist()
+    got = torch.zeros(8, dtype=torch.float64)  # 64 bytes
+    shmem.get(got, sym, peer)
+    assert got.view(torch.int32).tolist() == theirs, got.view(torch.int32)
+    got = torch.zeros(32, dtype=torch.int16)
+    core.get(got, sym, peer)  # on the default stream
+    core.stream_synchronize(0)
+    assert got.view(torch.int32).tolist() == theirs, got.view(torch.int32)
     core.barrier_all()
     # Refused sources and destinations, on the byte path as on the typed one.
     with pytest.raises(core.ShmemInvalid, match="contiguous tensor"):
-        core.put(sym, torch.zeros(8, dtype=torch.int32)[::2], peer)
+        shmem.put(sym, torch.zeros(8, dtype=torch.int32)[::2], peer)
     with pytest.raises(core.ShmemInvalid, match="contiguous tensor"):
-        core.get(torch.zeros(32, dtype=torch.int32)[::2], sym, peer)
+        shmem.get(torch.zeros(32, dtype=torch.int32)[::2], sym, peer)
     with pytest.raises(core.ShmemInvalid, match="on device"):
-        core.put(sym, torch.empty(4, dtype=torch.int32, device="meta"), peer)
+        shmem.put(sym, torch.empty(4, dtype=torch.int32, device="meta"), peer)
     with pytest.raises(core.ShmemInvalid, match="not in a symmetric heap"):
-        core.put(torch.zeros(4, dtype=torch.int32), src[:4], peer)
+        shmem.put(torch.zeros(4, dtype=torch.int32), src[:4], peer)
     core.barrier_all()
     core.free(buf)
     return True
