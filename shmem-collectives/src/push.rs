@@ -312,10 +312,11 @@ pub(crate) fn check_receipts(
                 // SAFETY: slot `next` of the `n` consecutive receipt words
                 // (mapped for the runtime's life, written only atomically).
                 let slot = unsafe { std::sync::atomic::AtomicU64::from_ptr(receipts.add(next)) };
+                let receipted = |got: u64| got & !0xFFFF_FFFF == tag;
                 // The common case: the member's receipt of this publish,
                 // read without touching the member's own words.
                 let mut got = load(slot);
-                if got & !0xFFFF_FFFF != tag {
+                if !receipted(got) {
                     // Its own words, then the receipt again: a receipt
                     // written before the words changed is seen then.
                     let words = match own_words {
@@ -333,7 +334,7 @@ pub(crate) fn check_receipts(
                     };
                     let w = words.map(load);
                     got = load(slot);
-                    if got & !0xFFFF_FFFF != tag {
+                    if !receipted(got) {
                         let other_root = w[parity] & !0xFFFF_FFFF == tag;
                         let e = w[2 + parity];
                         // Entered naming another root, or with invalid
@@ -346,12 +347,11 @@ pub(crate) fn check_receipts(
                         if !(other_root || elsewhere || gone) {
                             return false;
                         }
-                        differed.get_or_insert(next);
-                        next += 1;
-                        continue;
                     }
                 }
-                if got as u32 != value {
+                // No receipt (the PE did not take part as a member), or
+                // the receipt of a call with other arguments.
+                if !receipted(got) || got as u32 != value {
                     differed.get_or_insert(next);
                 }
             }

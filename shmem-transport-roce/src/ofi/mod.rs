@@ -1963,13 +1963,15 @@ impl Ofi {
         engine.connect_all()?;
         bs.barrier()?;
         shmem_log!(Info, "ROCE: libfabric {}", engine.inner.info);
+        let local_pes = init.topology.local_pes();
         if let Some(why) = sockets_spin_warning(
             &opened.provider,
             std::env::var_os("FI_SOCKETS_PE_WAITTIME").is_some(),
-            init.topology.local_pes().len(),
+            local_pes.len(),
             std::thread::available_parallelism().map_or(1, |n| n.get()),
         ) {
-            if me == init.topology.local_pes().first().copied().unwrap_or(me) {
+            // Once per node.
+            if local_pes.first().is_none_or(|&first| first == me) {
                 shmem_log!(Warn, "ROCE: {why}");
             }
         }
