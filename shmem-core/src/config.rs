@@ -320,7 +320,7 @@ config_table! {
         "Port of the config store when started by torchrun (default MASTER_PORT+1, leaving MASTER_PORT to torch)";
     /// Spin time before blocking.
     spin_us: String = "SHMEM_SPIN_US", "auto",
-        "Microseconds a wait spins before yielding and then blocking on a futex (auto: 0 when PEs outnumber cores, 2 when an engine needs a progress thread, else 50)";
+        "Microseconds a wait spins before yielding and then blocking on a futex (auto: 0 when PEs outnumber cores, 2 when an engine needs a progress thread, else 50, and 20000 after a sleep that ended within 2 ms until a longer one)";
     /// Whole-wait timeout.
     wait_timeout: Duration = "SHMEM_WAIT_TIMEOUT", "0",
         "Seconds after which a wait_until/signal_wait fails with a timeout (0 = wait forever, still failing when a PE dies)";
@@ -422,6 +422,12 @@ impl Config {
         }
     }
 
+    /// Whether `SHMEM_SPIN_US` is `auto` (or unset): the spin is chosen,
+    /// and adapted while waits run ([`crate::wait::WaitPolicy::adapt`]).
+    pub fn spin_is_auto(&self) -> bool {
+        self.spin_us.trim().eq_ignore_ascii_case("auto") || self.spin_us.trim().is_empty()
+    }
+
     /// Spin time before a wait blocks, given the number of PEs on this node.
     /// `progress_threads` says whether an engine in use needs CPU time of its
     /// own (a software progress thread), which a long spin would steal.
@@ -429,7 +435,7 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] when `SHMEM_SPIN_US` is neither `auto` nor a number.
     pub fn spin_duration(&self, local_pes: usize, progress_threads: bool) -> Result<Duration> {
-        if self.spin_us.trim().eq_ignore_ascii_case("auto") || self.spin_us.trim().is_empty() {
+        if self.spin_is_auto() {
             let cores = self.cores();
             // With more PEs than cores the PE we wait for cannot run while
             // we spin: yield at once (an 8-PE barrier on 2 cores: 25-29 us

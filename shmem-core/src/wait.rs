@@ -349,12 +349,62 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     }
 }
 
+/// A sleep of an adaptive wait ([`WaitPolicy::adapt`]) shorter than this
+/// says that spinning on would have been cheaper.
+pub const SPIN_ADAPT_TRIGGER: Duration = Duration::from_millis(2);
+/// The spin of an adaptive wait after such a sleep.
+pub const SPIN_ADAPTED: Duration = Duration::from_millis(20);
+
+/// The spin of adaptive waits ([`WaitPolicy::adapt`]): [`SPIN_ADAPTED`]
+/// after a short sleep, else the policy's own.
+#[derive(Debug, Default)]
+pub struct SpinAdapt(AtomicU64);
+
+impl SpinAdapt {
+    /// Nothing learnt yet: the policy's own spin.
+    pub const fn new() -> SpinAdapt {
+        SpinAdapt(AtomicU64::new(0))
+    }
+
+    /// The spin a wait whose policy says `base` uses now.
+    pub fn spin(&self, base: Duration) -> Duration {
+        base.max(Duration::from_nanos(self.0.load(Ordering::Relaxed)))
+    }
+
+    /// Learns from a wait with policy spin `base` that slept for `slept`.
+    fn after_sleep(&self, base: Duration, slept: Duration) {
+        let next = if slept < SPIN_ADAPT_TRIGGER {
+            SPIN_ADAPTED.max(base)
+        } else {
+            base
+        };
+        self.0.store(next.as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+/// This process's [`SpinAdapt`], which every runtime instance in it
+/// shares: what it learns is how this machine schedules and wakes the
+/// process's threads.
+pub static PROCESS_SPIN: SpinAdapt = SpinAdapt::new();
+
 /// How long a wait spins, how often it checks that the job is still alive,
 /// and when it gives up.
 #[derive(Debug, Clone, Copy)]
 pub struct WaitPolicy {
     /// Spin before blocking.
     pub spin: Duration,
+    /// Spin longer after a sleep that ended soon after it began. Waking a
+    /// sleeping PE can take longer than `spin` (70-250 us for an idle vCPU
+    /// of a virtual machine), and then two PEs that answer each other find
+    /// each other asleep, and sleep too, on every call: a 2-PE barrier loop
+    /// (OSU's `osu_oshm_barrier`) measured 50-130 us per barrier in that
+    /// state against 0.2 us. So a sleep shorter than
+    /// [`SPIN_ADAPT_TRIGGER`] makes the waits of this process spin for
+    /// [`SPIN_ADAPTED`] (yielding the core now and then, as every spin
+    /// does), and a longer sleep (a PE that really waits) restores
+    /// `spin`. Meant for PEs with cores of their own (PEs that outnumber
+    /// cores yield instead of spinning); `None`: `spin` as it is.
+    pub adapt: Option<&'static SpinAdapt>,
     /// After spinning, yield the core for this long before blocking.
     pub yield_for: Duration,
     /// Longest single sleep; liveness is checked after each.
@@ -388,8 +438,10 @@ pub unsafe fn wait_until<E>(
     }
     let start = Instant::now();
     let mut spins = 0u32;
+    let adapt = policy.adapt.filter(|_| !policy.spin.is_zero());
+    let spin = adapt.map_or(policy.spin, |a| a.spin(policy.spin));
     // No spin at all (PEs outnumber cores): straight to yielding.
-    while !policy.spin.is_zero() {
+    while !spin.is_zero() {
         for _ in 0..64 {
             if ready() {
                 return Ok(());
@@ -397,7 +449,7 @@ pub unsafe fn wait_until<E>(
             std::hint::spin_loop();
         }
         spins += 1;
-        if start.elapsed() >= policy.spin {
+        if start.elapsed() >= spin {
             break;
         }
         if spins.is_multiple_of(16) {
@@ -406,7 +458,7 @@ pub unsafe fn wait_until<E>(
     }
     // With more runnable PEs than cores, the PE we wait for is usually
     // runnable but not running: handing it the core is faster than a sleep.
-    while start.elapsed() < policy.spin + policy.yield_for {
+    while start.elapsed() < spin + policy.yield_for {
         if ready() {
             return Ok(());
         }
@@ -419,6 +471,9 @@ pub unsafe fn wait_until<E>(
     let published = Watch::publish(cb, watch);
     let (bell, pending) = cb.bell(published.slot);
     cb.waiters.fetch_add(1, Ordering::SeqCst);
+    // When it first slept (a condition met before then is no verdict on
+    // the spin window).
+    let mut slept_at = None;
     let result = loop {
         // Read the doorbell first, then re-arm: a writer that finds the
         // flag already set implies an earlier writer bumps the doorbell
@@ -438,9 +493,13 @@ pub unsafe fn wait_until<E>(
                 break Err(timeout_err(elapsed));
             }
         }
+        slept_at.get_or_insert_with(Instant::now);
         futex_wait(bell, seq, policy.poll);
     };
     cb.waiters.fetch_sub(1, Ordering::SeqCst);
+    if let (Some(a), Ok(()), Some(at)) = (adapt, &result, slept_at) {
+        a.after_sleep(policy.spin, at.elapsed());
+    }
     result
 }
 
@@ -452,6 +511,7 @@ mod tests {
     fn policy(spin: Duration, poll: Duration, timeout: Option<Duration>) -> WaitPolicy {
         WaitPolicy {
             spin,
+            adapt: None,
             yield_for: Duration::ZERO,
             poll,
             timeout,
@@ -476,6 +536,22 @@ mod tests {
         watch: Span,
         want: u64,
     ) -> std::thread::JoinHandle<Result<(), ()>> {
+        let p = policy(
+            Duration::from_micros(1),
+            Duration::from_secs(5),
+            Some(Duration::from_secs(20)),
+        );
+        sleeper_with(cb, flag, watch, want, p)
+    }
+
+    /// [`sleeper_on`] with wait policy `p`.
+    fn sleeper_with(
+        cb: &Arc<ControlBlock>,
+        flag: &Arc<AtomicU64>,
+        watch: Span,
+        want: u64,
+        p: WaitPolicy,
+    ) -> std::thread::JoinHandle<Result<(), ()>> {
         let before = cb.waiters.load(Ordering::SeqCst);
         let (cb2, flag2) = (cb.clone(), flag.clone());
         let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
@@ -483,11 +559,6 @@ mod tests {
         let t = std::thread::spawn(move || {
             // SAFETY: gettid has no preconditions.
             tid2.store(unsafe { libc::gettid() }, Ordering::SeqCst);
-            let p = policy(
-                Duration::from_micros(1),
-                Duration::from_secs(5),
-                Some(Duration::from_secs(20)),
-            );
             // SAFETY: the control block lives in an Arc held by this closure.
             unsafe {
                 wait_until(
@@ -528,6 +599,35 @@ mod tests {
             std::thread::yield_now();
         }
         t
+    }
+
+    #[test]
+    fn a_short_sleep_lengthens_the_spin_and_a_long_one_restores_it() {
+        static ADAPT: SpinAdapt = SpinAdapt::new();
+        let base = Duration::from_micros(50);
+        let p = WaitPolicy {
+            adapt: Some(&ADAPT),
+            ..policy(base, Duration::from_secs(5), Some(Duration::from_secs(20)))
+        };
+        assert_eq!(ADAPT.spin(base), base);
+        let cb = Arc::new(ControlBlock::new());
+        let flag = Arc::new(AtomicU64::new(0));
+        // Woken at once: spinning on would have been cheaper.
+        let t = sleeper_with(&cb, &flag, Span::bytes(4096, 8), 1, p);
+        flag.store(1, Ordering::SeqCst);
+        // SAFETY: live control block.
+        unsafe { ring(&*cb, &[Span::bytes(4096, 8)]) };
+        assert!(t.join().unwrap().is_ok());
+        assert_eq!(ADAPT.spin(base), SPIN_ADAPTED);
+        // Now it spins for SPIN_ADAPTED first; woken well after it slept
+        // (a PE that really waits), it goes back to the policy's spin.
+        let t = sleeper_with(&cb, &flag, Span::bytes(4096, 8), 2, p);
+        std::thread::sleep(SPIN_ADAPT_TRIGGER * 3);
+        flag.store(2, Ordering::SeqCst);
+        // SAFETY: live control block.
+        unsafe { ring(&*cb, &[Span::bytes(4096, 8)]) };
+        assert!(t.join().unwrap().is_ok());
+        assert_eq!(ADAPT.spin(base), base);
     }
 
     #[test]

@@ -171,6 +171,10 @@ impl Runtime {
         });
         let policy = WaitPolicy {
             spin: config.spin_duration(local, progress)?,
+            // PEs with cores of their own and no progress threads to leave
+            // time to; SHMEM_SPIN_US, when set, is kept as set.
+            adapt: (config.spin_is_auto() && local <= cores && !progress)
+                .then_some(&wait::PROCESS_SPIN),
             yield_for: if local > cores || progress {
                 Duration::from_micros(500)
             } else {
