@@ -355,37 +355,46 @@ pub const SPIN_ADAPT_TRIGGER: Duration = Duration::from_millis(2);
 /// The spin of an adaptive wait after such a sleep.
 pub const SPIN_ADAPTED: Duration = Duration::from_millis(20);
 
-/// The spin of adaptive waits ([`WaitPolicy::adapt`]): [`SPIN_ADAPTED`]
-/// after a short sleep, else the policy's own.
-#[derive(Debug, Default)]
-pub struct SpinAdapt(AtomicU64);
+/// The spin of adaptive waits ([`WaitPolicy::adapt`]): `adapted` after a
+/// sleep shorter than `trigger`, else the policy's own.
+#[derive(Debug)]
+pub struct SpinAdapt {
+    trigger: Duration,
+    adapted: Duration,
+    /// The spin learnt, in nanoseconds (0: the policy's own).
+    now_ns: AtomicU64,
+}
 
 impl SpinAdapt {
     /// Nothing learnt yet: the policy's own spin.
-    pub const fn new() -> SpinAdapt {
-        SpinAdapt(AtomicU64::new(0))
+    pub const fn new(trigger: Duration, adapted: Duration) -> SpinAdapt {
+        SpinAdapt {
+            trigger,
+            adapted,
+            now_ns: AtomicU64::new(0),
+        }
     }
 
     /// The spin a wait whose policy says `base` uses now.
     pub fn spin(&self, base: Duration) -> Duration {
-        base.max(Duration::from_nanos(self.0.load(Ordering::Relaxed)))
+        base.max(Duration::from_nanos(self.now_ns.load(Ordering::Relaxed)))
     }
 
     /// Learns from a wait with policy spin `base` that slept for `slept`.
     fn after_sleep(&self, base: Duration, slept: Duration) {
-        let next = if slept < SPIN_ADAPT_TRIGGER {
-            SPIN_ADAPTED.max(base)
+        let next = if slept < self.trigger {
+            self.adapted.max(base)
         } else {
             base
         };
-        self.0.store(next.as_nanos() as u64, Ordering::Relaxed);
+        self.now_ns.store(next.as_nanos() as u64, Ordering::Relaxed);
     }
 }
 
-/// This process's [`SpinAdapt`], which every runtime instance in it
-/// shares: what it learns is how this machine schedules and wakes the
-/// process's threads.
-pub static PROCESS_SPIN: SpinAdapt = SpinAdapt::new();
+/// This process's [`SpinAdapt`] ([`SPIN_ADAPT_TRIGGER`], [`SPIN_ADAPTED`]),
+/// which every runtime instance in it shares: what it learns is how this
+/// machine schedules and wakes the process's threads.
+pub static PROCESS_SPIN: SpinAdapt = SpinAdapt::new(SPIN_ADAPT_TRIGGER, SPIN_ADAPTED);
 
 /// How long a wait spins, how often it checks that the job is still alive,
 /// and when it gives up.
@@ -603,31 +612,43 @@ mod tests {
 
     #[test]
     fn a_short_sleep_lengthens_the_spin_and_a_long_one_restores_it() {
-        static ADAPT: SpinAdapt = SpinAdapt::new();
         let base = Duration::from_micros(50);
-        let p = WaitPolicy {
-            adapt: Some(&ADAPT),
+        let adapted = Duration::from_millis(2);
+        // The rule itself.
+        let rule = SpinAdapt::new(Duration::from_millis(2), adapted);
+        assert_eq!(rule.spin(base), base);
+        rule.after_sleep(base, Duration::from_micros(150));
+        assert_eq!(rule.spin(base), adapted);
+        rule.after_sleep(base, Duration::from_millis(2));
+        assert_eq!(rule.spin(base), base);
+        // Through real waits, with triggers no scheduling delay can cross:
+        // a waiter woken as soon as it slept (well within 60 s) lengthens
+        // the spin...
+        static QUICK: SpinAdapt = SpinAdapt::new(Duration::from_secs(60), Duration::from_millis(2));
+        let policy_with = |a: &'static SpinAdapt| WaitPolicy {
+            adapt: Some(a),
             ..policy(base, Duration::from_secs(5), Some(Duration::from_secs(20)))
         };
-        assert_eq!(ADAPT.spin(base), base);
         let cb = Arc::new(ControlBlock::new());
         let flag = Arc::new(AtomicU64::new(0));
-        // Woken at once: spinning on would have been cheaper.
-        let t = sleeper_with(&cb, &flag, Span::bytes(4096, 8), 1, p);
-        flag.store(1, Ordering::SeqCst);
-        // SAFETY: live control block.
-        unsafe { ring(&*cb, &[Span::bytes(4096, 8)]) };
-        assert!(t.join().unwrap().is_ok());
-        assert_eq!(ADAPT.spin(base), SPIN_ADAPTED);
-        // Now it spins for SPIN_ADAPTED first; woken well after it slept
-        // (a PE that really waits), it goes back to the policy's spin.
-        let t = sleeper_with(&cb, &flag, Span::bytes(4096, 8), 2, p);
-        std::thread::sleep(SPIN_ADAPT_TRIGGER * 3);
-        flag.store(2, Ordering::SeqCst);
-        // SAFETY: live control block.
-        unsafe { ring(&*cb, &[Span::bytes(4096, 8)]) };
-        assert!(t.join().unwrap().is_ok());
-        assert_eq!(ADAPT.spin(base), base);
+        let wake = |want: u64, after: Duration, a: &'static SpinAdapt| {
+            let t = sleeper_with(&cb, &flag, Span::bytes(4096, 8), want, policy_with(a));
+            std::thread::sleep(after);
+            flag.store(want, Ordering::SeqCst);
+            // SAFETY: live control block.
+            unsafe { ring(&*cb, &[Span::bytes(4096, 8)]) };
+            assert!(t.join().unwrap().is_ok());
+        };
+        wake(1, Duration::ZERO, &QUICK);
+        assert_eq!(QUICK.spin(base), adapted);
+        // ... and one woken 6 ms after it slept (a PE that really waits,
+        // for a 1-ms trigger) restores it, after spinning the adapted
+        // 2 ms first.
+        static SLOW: SpinAdapt = SpinAdapt::new(Duration::from_millis(1), Duration::from_millis(2));
+        SLOW.after_sleep(base, Duration::ZERO);
+        assert_eq!(SLOW.spin(base), adapted);
+        wake(2, Duration::from_millis(6), &SLOW);
+        assert_eq!(SLOW.spin(base), base);
     }
 
     #[test]
