@@ -1968,7 +1968,7 @@ impl Ofi {
             &opened.provider,
             std::env::var_os("FI_SOCKETS_PE_WAITTIME").is_some(),
             local_pes.len(),
-            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            init.config.cores(),
         ) {
             // Once per node.
             if local_pes.first().is_none_or(|&first| first == me) {
