@@ -8,6 +8,13 @@
 //! job. Engines that move data by load/store or copy (HCCS, SDMA, the
 //! example plugin) opt into it; core knows nothing of it.
 //!
+//! A process maps each peer heap once, whichever engines ask: the engines
+//! share the mapping (keyed by the memfd's inode), so the page tables one
+//! engine's copies filled serve the others. Two mappings of one heap would
+//! each fault in every page on first touch: a 200 MiB region costs 51,200
+//! page faults, about 40 ms here, the first time another engine copies
+//! into it.
+//!
 //! ```no_run
 //! # fn create(init: &shmem_core::TransportInit<'_>) -> shmem_core::Result<()> {
 //! let heaps = shmem_shm::NodeHeaps::map(init, "MYENGINE")?; // collective
@@ -21,12 +28,13 @@
 
 #![warn(clippy::missing_errors_doc)]
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use shmem_core::heap::{map_fd, unmap};
@@ -39,8 +47,74 @@ pub struct NodeHeaps {
     engine: &'static str,
     heap_size: usize,
     bases: Vec<Option<NonNull<u8>>>,
-    mapped: Vec<NonNull<u8>>,
+    /// The peers' heaps, mapped (possibly shared with other engines).
+    _mapped: Vec<Arc<Mapping>>,
     _heap: Arc<dyn Heap>,
+}
+
+/// One peer heap mapped into this process, unmapped when its last user
+/// (an engine's [`NodeHeaps`]) is dropped.
+#[derive(Debug)]
+struct Mapping {
+    base: NonNull<u8>,
+    size: usize,
+    key: MapKey,
+}
+
+/// What identifies a mapped heap: its memfd's device and inode, and size.
+type MapKey = (u64, u64, usize);
+
+// SAFETY: a shared mapping reached only through raw pointers (atomics and
+// copies); it stays mapped until the value is dropped.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        let mut live = MAPPINGS.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget the entry unless a newer mapping of the same file took it.
+        if let Some(live) = live.as_mut() {
+            if live
+                .get(&self.key)
+                .is_some_and(|w| std::ptr::eq(w.as_ptr(), self))
+            {
+                live.remove(&self.key);
+            }
+        }
+        // SAFETY: made by `map_fd` in `Mapping::get` with this size; the
+        // last Arc is gone, so nothing uses it any more.
+        unsafe { unmap(self.base, self.size) };
+    }
+}
+
+/// The peer heaps mapped in this process, by file.
+static MAPPINGS: Mutex<Option<HashMap<MapKey, Weak<Mapping>>>> = Mutex::new(None);
+
+impl Mapping {
+    /// This process's mapping of the heap behind `fd` (`size` bytes): the
+    /// existing one if an engine mapped that file already, else a new one.
+    fn get(fd: RawFd, size: usize) -> Result<Arc<Mapping>> {
+        // SAFETY: a zeroed stat buffer that fstat fills.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is a descriptor this call owns for its duration.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(Error::last_os("fstat of a peer's heap descriptor"));
+        }
+        let key = (st.st_dev, st.st_ino, size);
+        let mut live = MAPPINGS.lock().unwrap_or_else(|p| p.into_inner());
+        let live = live.get_or_insert_with(HashMap::new);
+        if let Some(m) = live.get(&key).and_then(Weak::upgrade) {
+            return Ok(m);
+        }
+        let m = Arc::new(Mapping {
+            base: map_fd(fd, size)?,
+            size,
+            key,
+        });
+        live.insert(key, Arc::downgrade(&m));
+        Ok(m)
+    }
 }
 
 // SAFETY: the mappings are shared memory accessed only through raw pointers
@@ -48,16 +122,6 @@ pub struct NodeHeaps {
 unsafe impl Send for NodeHeaps {}
 // SAFETY: as above.
 unsafe impl Sync for NodeHeaps {}
-
-impl Drop for NodeHeaps {
-    fn drop(&mut self) {
-        for &m in &self.mapped {
-            // SAFETY: each entry is a mapping of heap_size bytes made in
-            // `map` and referenced only through this value.
-            unsafe { unmap(m, self.heap_size) };
-        }
-    }
-}
 
 fn err(engine: &'static str, reason: impl Into<String>) -> Error {
     Error::Transport {
@@ -202,21 +266,16 @@ impl NodeHeaps {
                             format!("PE {p} offers a heap of {size} bytes, ours is {heap_size}"),
                         ));
                     }
-                    let base = map_fd(peer_fd.as_raw_fd(), heap_size)?;
-                    mapped.push(base);
-                    bases[p] = Some(base);
+                    let m = Mapping::get(peer_fd.as_raw_fd(), heap_size)?;
+                    bases[p] = Some(m.base);
+                    mapped.push(m);
                 }
                 serve
                     .join()
                     .map_err(|_| err(engine, "the descriptor server thread panicked"))?
             });
-            if let Err(e) = server {
-                for &m in &mapped {
-                    // SAFETY: mappings made above, not yet shared.
-                    unsafe { unmap(m, heap_size) };
-                }
-                return Err(e);
-            }
+            // On an error the mappings made above go with `mapped`.
+            server?;
             drop(listener);
         }
         bs.barrier()?;
@@ -224,7 +283,7 @@ impl NodeHeaps {
             engine,
             heap_size,
             bases,
-            mapped,
+            _mapped: mapped,
             _heap: init.heap.clone(),
         })
     }
@@ -386,5 +445,57 @@ fn recv_fd(s: &UnixStream, deadline: Instant) -> io::Result<(OwnedFd, u64)> {
         }
         let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const RawFd);
         Ok((OwnedFd::from_raw_fd(fd), u64::from_le_bytes(payload)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shmem_core::heap::MemfdHeap;
+
+    fn fd_of(h: &MemfdHeap) -> RawFd {
+        match h.export() {
+            HeapExport::Fd(fd) => fd,
+            _ => panic!("a memfd heap exports its descriptor"),
+        }
+    }
+
+    #[test]
+    fn engines_share_one_mapping_of_a_heap_and_the_last_unmaps_it() {
+        let heap = MemfdHeap::new(1 << 20).unwrap();
+        let other = MemfdHeap::new(1 << 20).unwrap();
+        let a = Mapping::get(fd_of(&heap), 1 << 20).unwrap();
+        let b = Mapping::get(fd_of(&heap), 1 << 20).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "a second engine reuses the mapping");
+        let c = Mapping::get(fd_of(&other), 1 << 20).unwrap();
+        assert_ne!(a.base, c.base, "another heap gets its own mapping");
+        // The shared mapping is the heap: what one writes the other reads.
+        // SAFETY: both are live 1 MiB mappings; offset 4096 is in range.
+        unsafe {
+            heap.base().as_ptr().add(4096).write(0x5a);
+            assert_eq!(a.base.as_ptr().add(4096).read(), 0x5a);
+        }
+        let key = a.key;
+        drop(a);
+        assert!(MAPPINGS
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .contains_key(&key));
+        drop(b);
+        assert!(
+            !MAPPINGS
+                .lock()
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .contains_key(&key),
+            "the last user's drop forgets (and unmaps) it"
+        );
+        let again = Mapping::get(fd_of(&heap), 1 << 20).unwrap();
+        // SAFETY: a live 1 MiB mapping of the same heap.
+        assert_eq!(unsafe { again.base.as_ptr().add(4096).read() }, 0x5a);
+        drop(c);
     }
 }

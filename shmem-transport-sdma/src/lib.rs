@@ -3,9 +3,15 @@
 //! Copies are cut into work descriptors and sent through a `crossbeam`
 //! queue to engine threads (`SHMEM_SDMA_ENGINES`, default half the cores)
 //! that move the bytes between this node's mapped heaps, so the calling
-//! thread is free meanwhile. Large copies are split across engines. Every
-//! descriptor is counted when issued and when completed, and `quiet` waits
-//! for the two counts to meet, so it is exact. Atomics and signals are CPU
+//! thread is free meanwhile. Large copies are cut into chunks of at most
+//! 1 MiB, shared among the engines. Every descriptor is counted when issued
+//! and when completed, and `quiet` waits for the two counts to meet, so it
+//! is exact. A thread that waits for the engine (`quiet`, `fence`, a
+//! blocking copy) first takes the chunks no engine has started and copies
+//! them itself: where the engines have no core of their own (as many PEs as
+//! cores) a wait then costs what copying inline costs, not an engine
+//! thread's turn on a busy core, and where they do, the caller and the
+//! engines copy side by side. Atomics and signals are CPU
 //! atomics on the shared mapping (a copy engine has no atomic unit); a
 //! non-blocking put-with-signal sets the signal from the engine thread that
 //! finishes the data's last chunk, so the signal is seen after the data.
@@ -47,6 +53,8 @@ pub const NAME: &str = "SDMA";
 const INLINE_MAX: usize = 64 * 1024;
 /// Smallest piece a copy is split into.
 const MIN_CHUNK: usize = 256 * 1024;
+/// Largest piece: what a waiting thread may find an engine still copying.
+const MAX_CHUNK: usize = 1024 * 1024;
 
 /// Makes sure this crate is linked (its registration is then visible).
 pub fn link() {}
@@ -182,6 +190,8 @@ pub struct Sdma {
     heaps: Arc<NodeHeaps>,
     pids: Vec<u32>,
     tx: Option<Sender<Descriptor>>,
+    /// The engines' queue, for threads that wait and help ([`Sdma::help`]).
+    rx: Receiver<Descriptor>,
     engines: usize,
     counters: Arc<Counters>,
     watch: QuietWatch,
@@ -252,26 +262,98 @@ fn unbind() {
     }
 }
 
+/// Copies one descriptor and counts it complete (on an engine thread, or
+/// on a thread that waits for the engine and helps it).
+fn run(d: Descriptor, counters: &Counters) {
+    // SAFETY: the issuer guarantees both ranges are valid for `len` bytes
+    // until `done` completes; `copy` tolerates overlap.
+    unsafe { std::ptr::copy(d.src, d.dst, d.len) };
+    if let Some(base) = d.wake {
+        // SAFETY: `base` is a heap mapped by the engine's NodeHeaps, which
+        // outlives the engine threads and the engine itself; `dst` lies in it.
+        unsafe { NodeHeaps::wake(base, d.dst as usize - base as usize, d.len) };
+    }
+    d.done.finish_part(Ok(()));
+    if let Some(c) = counters.outstanding.get(d.pe) {
+        c.fetch_sub(1, Ordering::AcqRel);
+    }
+    counters.completed.fetch_add(1, Ordering::AcqRel);
+    if counters.quiet_waiters.load(Ordering::Acquire) > 0 {
+        let _g = counters.lock.lock();
+        counters.cv.notify_all();
+    }
+}
+
+/// Copies, on the calling thread, every queued descriptor no engine has
+/// taken yet (a thread about to wait for the engine has nothing better to
+/// do); returns how many it copied.
+fn help(rx: &Receiver<Descriptor>, counters: &Counters) -> usize {
+    let mut n = 0;
+    while let Ok(d) = rx.try_recv() {
+        run(d, counters);
+        n += 1;
+    }
+    n
+}
+
+/// Queues a copy of `len` bytes from `src` to `dst` (touching `pe`'s
+/// memory) as descriptors of `chunk` bytes; returns its completion.
+#[allow(clippy::too_many_arguments)]
+fn enqueue(
+    tx: &Sender<Descriptor>,
+    counters: &Counters,
+    chunk: usize,
+    pe: PeId,
+    src: *const u8,
+    dst: *mut u8,
+    len: usize,
+    wake: Option<*mut u8>,
+) -> Result<Completion> {
+    let parts = len.div_ceil(chunk).max(1);
+    let done = Completion::pending(parts);
+    let mut off = 0;
+    for _ in 0..parts {
+        let n = chunk.min(len - off);
+        counters.issued.fetch_add(1, Ordering::AcqRel);
+        if let Some(c) = counters.outstanding.get(pe) {
+            c.fetch_add(1, Ordering::AcqRel);
+        }
+        // SAFETY: offsets stay within the `len`-byte ranges of the caller.
+        let d = unsafe {
+            Descriptor {
+                pe,
+                src: src.add(off),
+                dst: dst.add(off),
+                len: n,
+                wake,
+                done: done.clone(),
+            }
+        };
+        tx.send(d).map_err(|_| Error::Transport {
+            engine: NAME,
+            reason: "engine threads exited".into(),
+        })?;
+        off += n;
+    }
+    Ok(done)
+}
+
 fn worker(rx: Receiver<Descriptor>, counters: Arc<Counters>) {
     for d in rx {
-        // SAFETY: the issuer guarantees both ranges are valid for `len`
-        // bytes until `done` completes; `copy` tolerates overlap.
-        unsafe { std::ptr::copy(d.src, d.dst, d.len) };
-        if let Some(base) = d.wake {
-            // SAFETY: `base` is a heap mapped by the engine's NodeHeaps, which
-            // outlives the engine threads; `dst` lies in it.
-            unsafe { NodeHeaps::wake(base, d.dst as usize - base as usize, d.len) };
-        }
-        d.done.finish_part(Ok(()));
-        if let Some(c) = counters.outstanding.get(d.pe) {
-            c.fetch_sub(1, Ordering::AcqRel);
-        }
-        counters.completed.fetch_add(1, Ordering::AcqRel);
-        if counters.quiet_waiters.load(Ordering::Acquire) > 0 {
-            let _g = counters.lock.lock();
-            counters.cv.notify_all();
-        }
+        run(d, &counters);
     }
+}
+
+/// Bytes per descriptor for a copy of `len` bytes with `engines` engine
+/// threads: one share for each engine and one for a waiting caller, at
+/// least [`MIN_CHUNK`] and at most [`MAX_CHUNK`], page-aligned.
+fn chunk_len(len: usize, engines: usize) -> usize {
+    if len < 2 * MIN_CHUNK {
+        return len.max(1);
+    }
+    (len / (engines + 1))
+        .clamp(MIN_CHUNK, MAX_CHUNK)
+        .next_multiple_of(4096)
 }
 
 impl Sdma {
@@ -304,6 +386,7 @@ impl Sdma {
             heaps,
             pids,
             tx: Some(tx),
+            rx,
             engines: engines.max(1),
             counters,
             watch: QuietWatch::default(),
@@ -328,6 +411,14 @@ impl Sdma {
         self.engines
     }
 
+    /// Waits for `done`, a copy this thread issued, helping the engines first.
+    fn finish(&self, done: Completion) -> Result<()> {
+        if !done.is_done() {
+            help(&self.rx, &self.counters);
+        }
+        done.wait()
+    }
+
     /// Splits a copy into descriptors and queues them; returns the completion.
     fn issue(
         &self,
@@ -337,42 +428,12 @@ impl Sdma {
         len: usize,
         wake: Option<*mut u8>,
     ) -> Result<Completion> {
-        let parts = if len >= 2 * MIN_CHUNK {
-            (len / MIN_CHUNK).min(self.engines)
-        } else {
-            1
-        };
-        let done = Completion::pending(parts);
-        let chunk = len.div_ceil(parts).next_multiple_of(4096).max(1);
         let tx = self.tx.as_ref().ok_or_else(|| Error::Transport {
             engine: NAME,
             reason: "engine stopped".into(),
         })?;
-        let mut off = 0;
-        for _ in 0..parts {
-            let n = chunk.min(len - off);
-            self.counters.issued.fetch_add(1, Ordering::AcqRel);
-            if let Some(c) = self.counters.outstanding.get(pe) {
-                c.fetch_add(1, Ordering::AcqRel);
-            }
-            // SAFETY: offsets stay within the `len`-byte ranges of the caller.
-            let d = unsafe {
-                Descriptor {
-                    pe,
-                    src: src.add(off),
-                    dst: dst.add(off),
-                    len: n,
-                    wake,
-                    done: done.clone(),
-                }
-            };
-            tx.send(d).map_err(|_| Error::Transport {
-                engine: NAME,
-                reason: "engine threads exited".into(),
-            })?;
-            off += n;
-        }
-        Ok(done)
+        let chunk = chunk_len(len, self.engines);
+        enqueue(tx, &self.counters, chunk, pe, src, dst, len, wake)
     }
 
     fn remote_vm(
@@ -472,7 +533,8 @@ impl Transport for Sdma {
             return Ok(());
         }
         // SAFETY: blocking: the source outlives the wait below.
-        unsafe { self.put_async(pe, dst, src, len)? }.wait()
+        let done = unsafe { self.put_async(pe, dst, src, len)? };
+        self.finish(done)
     }
 
     unsafe fn get(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
@@ -483,7 +545,8 @@ impl Transport for Sdma {
             return Ok(());
         }
         // SAFETY: blocking: the destination outlives the wait below.
-        unsafe { self.get_async(pe, src, dst, len)? }.wait()
+        let done = unsafe { self.get_async(pe, src, dst, len)? };
+        self.finish(done)
     }
 
     unsafe fn put_nbi(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
@@ -616,6 +679,9 @@ impl Transport for Sdma {
     /// flight then.
     fn quiet(&self) -> Result<()> {
         let target = self.counters.issued.load(Ordering::Acquire);
+        if self.counters.completed.load(Ordering::Acquire) < target {
+            help(&self.rx, &self.counters);
+        }
         self.counters.wait_completed(target, &self.watch)
     }
 }
@@ -675,5 +741,86 @@ mod tests {
         c.outstanding[1].store(0, Ordering::SeqCst);
         c.completed.store(1, Ordering::SeqCst);
         c.wait_completed(1, &watch).unwrap();
+    }
+
+    #[test]
+    fn copies_are_cut_so_that_a_waiting_caller_has_a_share() {
+        // Small copies stay whole.
+        assert_eq!(chunk_len(0, 1), 1);
+        assert_eq!(chunk_len(300 << 10, 1), 300 << 10);
+        // One engine and the caller: halves, at most 1 MiB each.
+        assert_eq!(chunk_len(1 << 20, 1), 512 << 10);
+        assert_eq!(chunk_len(4 << 20, 1), 1 << 20);
+        assert_eq!(chunk_len(64 << 20, 8), 1 << 20);
+        // Never below 256 KiB, always whole pages.
+        assert_eq!(chunk_len(1 << 20, 8), 256 << 10);
+        assert_eq!(chunk_len((3 << 20) + 5, 2) % 4096, 0);
+    }
+
+    #[test]
+    fn a_waiting_thread_copies_what_no_engine_took() {
+        // A queue that no engine thread serves: only helping completes it.
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let c = Counters::new(2);
+        let src: Vec<u8> = (0..(3 << 20) + 100).map(|i| (i % 251) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        let chunk = chunk_len(src.len(), 1);
+        let done = enqueue(
+            &tx,
+            &c,
+            chunk,
+            1,
+            src.as_ptr(),
+            dst.as_mut_ptr(),
+            src.len(),
+            None,
+        )
+        .unwrap();
+        assert!(!done.is_done());
+        assert_eq!(c.outstanding[1].load(Ordering::SeqCst), 4);
+        assert_eq!(help(&rx, &c), 4, "1 MiB chunks: three whole and the rest");
+        assert!(done.is_done());
+        done.wait().unwrap();
+        assert!(dst == src, "every chunk copied in place");
+        assert_eq!(c.outstanding[1].load(Ordering::SeqCst), 0);
+        c.wait_completed(c.issued.load(Ordering::SeqCst), &QuietWatch::default())
+            .unwrap();
+        assert_eq!(help(&rx, &c), 0, "nothing left");
+    }
+
+    #[test]
+    fn a_helper_and_an_engine_share_a_copy_and_each_chunk_runs_once() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let c = Arc::new(Counters::new(1));
+        let engine = {
+            let (rx, c) = (rx.clone(), c.clone());
+            std::thread::spawn(move || worker(rx, c))
+        };
+        for round in 0..20u8 {
+            let src = vec![round; 8 << 20];
+            let mut dst = vec![0u8; src.len()];
+            let done = enqueue(
+                &tx,
+                &c,
+                chunk_len(src.len(), 1),
+                0,
+                src.as_ptr(),
+                dst.as_mut_ptr(),
+                src.len(),
+                None,
+            )
+            .unwrap();
+            help(&rx, &c);
+            c.wait_completed(c.issued.load(Ordering::SeqCst), &QuietWatch::default())
+                .unwrap();
+            assert!(done.is_done());
+            assert!(dst.iter().all(|&b| b == round), "round {round}");
+        }
+        assert_eq!(
+            c.completed.load(Ordering::SeqCst),
+            c.issued.load(Ordering::SeqCst)
+        );
+        drop(tx);
+        engine.join().unwrap();
     }
 }
