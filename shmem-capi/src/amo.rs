@@ -54,6 +54,28 @@ fn amo_t<T: AtomicElement>(
     })
 }
 
+/// [`amo_t`] for an op whose old value nobody reads: on the common path
+/// the engine may return once the update is posted (complete by `quiet`,
+/// as a put is; `Runtime::atomic_post_raw`).
+#[inline(always)]
+fn post_t<T: AtomicElement>(
+    name: &'static str,
+    ctx: CtxHandle,
+    target: *const T,
+    a: u64,
+    make: impl Fn(u64) -> AmoOp,
+    pe: c_int,
+) {
+    ffi(name, move |st| {
+        let op = make(a);
+        if let Some(off) = st.fast_heap_offset(ctx, target.cast()) {
+            let pe = st.target_pe(ctx, pe)?;
+            return st.rt.atomic_post_raw(pe, off, T::WIDTH, op);
+        }
+        st.amo(ctx, target.cast(), T::WIDTH, op, pe).map(|_| ())
+    })
+}
+
 fn store<T>(name: &'static str, fetch: *mut T, value: T) {
     if fetch.is_null() {
         ffi(name, |_| Err::<(), _>(Error::invalid("fetch", "is NULL")));
@@ -75,12 +97,12 @@ unsafe fn fetch_t<T: AtomicElement>(ctx: CtxHandle, src: *const T, pe: c_int) ->
 }
 #[inline(always)]
 unsafe fn set_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
-    amo_t::<T>(
+    post_t::<T>(
         "shmem_atomic_set",
         ctx,
         dest,
-        (value.to_bits(), 0),
-        |a, _| AmoOp::Set(a),
+        value.to_bits(),
+        AmoOp::Set,
         pe,
     );
 }
@@ -125,12 +147,12 @@ unsafe fn fetch_add_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, 
 }
 #[inline(always)]
 unsafe fn add_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
-    amo_t::<T>(
+    post_t::<T>(
         "shmem_atomic_add",
         ctx,
         dest,
-        (value.to_bits(), 0),
-        |a, _| AmoOp::Add(a),
+        value.to_bits(),
+        AmoOp::Add,
         pe,
     );
 }
@@ -147,14 +169,7 @@ unsafe fn fetch_inc_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, pe: c_int)
 }
 #[inline(always)]
 unsafe fn inc_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, pe: c_int) {
-    amo_t::<T>(
-        "shmem_atomic_inc",
-        ctx,
-        dest,
-        (1, 0),
-        |a, _| AmoOp::Add(a),
-        pe,
-    );
+    post_t::<T>("shmem_atomic_inc", ctx, dest, 1, AmoOp::Add, pe);
 }
 #[inline(always)]
 unsafe fn fetch_and_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) -> T {
@@ -169,12 +184,12 @@ unsafe fn fetch_and_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, 
 }
 #[inline(always)]
 unsafe fn and_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
-    amo_t::<T>(
+    post_t::<T>(
         "shmem_atomic_and",
         ctx,
         dest,
-        (value.to_bits(), 0),
-        |a, _| AmoOp::And(a),
+        value.to_bits(),
+        AmoOp::And,
         pe,
     );
 }
@@ -191,14 +206,7 @@ unsafe fn fetch_or_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, p
 }
 #[inline(always)]
 unsafe fn or_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
-    amo_t::<T>(
-        "shmem_atomic_or",
-        ctx,
-        dest,
-        (value.to_bits(), 0),
-        |a, _| AmoOp::Or(a),
-        pe,
-    );
+    post_t::<T>("shmem_atomic_or", ctx, dest, value.to_bits(), AmoOp::Or, pe);
 }
 #[inline(always)]
 unsafe fn fetch_xor_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) -> T {
@@ -213,12 +221,12 @@ unsafe fn fetch_xor_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, 
 }
 #[inline(always)]
 unsafe fn xor_t<T: AtomicElement>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
-    amo_t::<T>(
+    post_t::<T>(
         "shmem_atomic_xor",
         ctx,
         dest,
-        (value.to_bits(), 0),
-        |a, _| AmoOp::Xor(a),
+        value.to_bits(),
+        AmoOp::Xor,
         pe,
     );
 }

@@ -311,6 +311,29 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// an error naming the PE when the peer is gone; the engine's own failure as
     /// [`crate::Error::Transport`].
     unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64>;
+    /// Performs a non-fetching `op` (`Set`, `Add`, `And`, `Or`, `Xor`) on
+    /// the `width`-wide word at `offset` of `pe`. An engine may return once
+    /// the update is posted: it is complete at the target by the next
+    /// `quiet` (as a put is), and this PE's later operations on `pe` see
+    /// it, as they see a [`Transport::atomic`]'s. The default performs
+    /// [`Transport::atomic`].
+    ///
+    /// # Safety
+    /// As for [`Transport::atomic`].
+    ///
+    /// # Errors
+    /// As for [`Transport::atomic`]; an update that fails after this
+    /// returns is reported by `quiet`.
+    unsafe fn atomic_post(
+        &self,
+        pe: PeId,
+        offset: usize,
+        width: AmoWidth,
+        op: AmoOp,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.atomic(pe, offset, width, op) }.map(|_| ())
+    }
     /// Updates the 64-bit signal word at `sig` of `pe`.
     ///
     /// # Safety

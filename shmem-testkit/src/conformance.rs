@@ -681,7 +681,42 @@ pub fn ordering_fence_and_quiet(rt: &Runtime) -> Outcome {
         bad.is_none(),
         "PE {me}: byte {bad:?} of the quieted put is wrong"
     );
+    // Non-fetching atomics may return once posted (a remote engine), but
+    // this PE's later reads, writes and signals to the same PE still come
+    // after them, and `quiet` completes them.
+    const POSTED: u64 = 40;
+    let w = rt.calloc::<u64>(4)?;
     sync(rt)?;
+    for r in 0..POSTED {
+        rt.atomic_add(w.at(0)?, 1, next)?;
+        check!(
+            rt.g(w.at(0)?, next)? == r + 1,
+            "PE {me}: a get right after posted add {r} missed it"
+        );
+        rt.atomic_set(w.at(1)?, r, next)?;
+        rt.put(w.slice(1..2)?, &[r + 1000], next)?;
+        let seen = rt.atomic_fetch(w.at(1)?, next)?;
+        check!(
+            seen == r + 1000,
+            "PE {me}: a put after a posted set was overtaken by it ({seen})"
+        );
+        rt.atomic_or(w.at(2)?, 1 << r, next)?;
+        rt.atomic_xor(w.at(2)?, 1 << (r + 1), next)?;
+        rt.atomic_inc(w.at(3)?, next)?;
+    }
+    rt.signal_op(flag.at(1)?, 2, SignalOp::Set, next)?;
+    rt.signal_wait_until(flag.at(1)?, Cmp::Eq, 2)?;
+    rt.quiet()?;
+    sync(rt)?;
+    let v = rt.read_local(&w)?;
+    let bits = (0..POSTED).fold(0u64, |acc, r| (acc | 1 << r) ^ 1 << (r + 1));
+    check!(
+        v == [POSTED, POSTED + 999, bits, POSTED],
+        "PE {me}: after quiet the posted atomics left {v:?}, want {:?}",
+        [POSTED, POSTED + 999, bits, POSTED]
+    );
+    sync(rt)?;
+    rt.free(w)?;
     drop(srcs);
     rt.free(data)?;
     rt.free(flag)?;

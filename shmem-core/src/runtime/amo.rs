@@ -24,6 +24,37 @@ impl Runtime {
         unsafe { t.atomic(pe, offset, width, op) }
     }
 
+    /// [`Runtime::atomic_raw`] for an op whose old value nobody reads
+    /// (`Set`, `Add`, `And`, `Or`, `Xor`): the engine may return once the
+    /// update is posted ([`Transport::atomic_post`]); it is complete at the
+    /// target by the next `quiet`.
+    ///
+    /// # Errors
+    /// As [`Runtime::atomic_raw`].
+    pub fn atomic_post_raw(
+        &self,
+        pe: PeId,
+        offset: usize,
+        width: AmoWidth,
+        op: AmoOp,
+    ) -> Result<()> {
+        self.live_for(pe)?;
+        self.check_atomic(offset, width.bytes())?;
+        if let Some(base) = self.direct(pe) {
+            // SAFETY: in-heap, aligned word of `pe`'s mapped heap (checked).
+            unsafe { crate::loadstore::atomic(base.as_ptr(), offset, width, op) };
+            return Ok(());
+        }
+        let t = self.route(pe)?;
+        // SAFETY: as in `atomic_raw`.
+        unsafe { t.atomic_post(pe, offset, width, op) }
+    }
+
+    fn amo_post<T: AtomicElement>(&self, target: SymRef<T>, pe: PeId, op: AmoOp) -> Result<()> {
+        self.check_ref(&target)?;
+        self.atomic_post_raw(pe, target.offset(), T::WIDTH, op)
+    }
+
     fn amo<T: AtomicElement>(&self, target: SymRef<T>, pe: PeId, op: AmoOp) -> Result<T> {
         self.check_ref(&target)?;
         self.atomic_raw(pe, target.offset(), T::WIDTH, op)
@@ -56,8 +87,7 @@ impl Runtime {
         value: T,
         pe: PeId,
     ) -> Result<()> {
-        self.amo(target, pe, AmoOp::Set(value.to_bits()))
-            .map(|_| ())
+        self.amo_post(target, pe, AmoOp::Set(value.to_bits()))
     }
 
     /// Atomically writes the element and returns the old value.
@@ -133,7 +163,7 @@ impl Runtime {
         value: T,
         pe: PeId,
     ) -> Result<()> {
-        self.atomic_fetch_add(target, value, pe).map(|_| ())
+        self.amo_post(target, pe, AmoOp::Add(value.to_bits()))
     }
 
     /// Adds one and returns the old value.
@@ -157,7 +187,7 @@ impl Runtime {
     /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
     /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_inc<T: AtomicInteger>(&self, target: SymRef<T>, pe: PeId) -> Result<()> {
-        self.atomic_fetch_inc(target, pe).map(|_| ())
+        self.amo_post(target, pe, AmoOp::Add(1))
     }
 
     /// Bitwise and; returns the old value.
@@ -191,7 +221,7 @@ impl Runtime {
         value: T,
         pe: PeId,
     ) -> Result<()> {
-        self.atomic_fetch_and(target, value, pe).map(|_| ())
+        self.amo_post(target, pe, AmoOp::And(value.to_bits()))
     }
 
     /// Bitwise or; returns the old value.
@@ -220,7 +250,7 @@ impl Runtime {
     /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once `pe` is known
     /// dead; the engine's error ([`Error::Transport`]).
     pub fn atomic_or<T: AtomicInteger>(&self, target: SymRef<T>, value: T, pe: PeId) -> Result<()> {
-        self.atomic_fetch_or(target, value, pe).map(|_| ())
+        self.amo_post(target, pe, AmoOp::Or(value.to_bits()))
     }
 
     /// Bitwise xor; returns the old value.
@@ -254,6 +284,6 @@ impl Runtime {
         value: T,
         pe: PeId,
     ) -> Result<()> {
-        self.atomic_fetch_xor(target, value, pe).map(|_| ())
+        self.amo_post(target, pe, AmoOp::Xor(value.to_bits()))
     }
 }

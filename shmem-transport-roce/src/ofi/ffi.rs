@@ -57,6 +57,7 @@ pub const FI_MR_HMEM: c_int = 1 << 10;
 pub const FI_ORDER_WAW: u64 = 1 << 4;
 pub const FI_ORDER_SAW: u64 = 1 << 7;
 pub const FI_ORDER_RMA_WAW: u64 = 1 << 35;
+pub const FI_ORDER_ATOMIC_RAW: u64 = 1 << 37;
 pub const FI_ORDER_ATOMIC_WAW: u64 = 1 << 39;
 
 // Enumerations (C `enum`s are `int`-sized).

@@ -12,7 +12,13 @@
 //! Data path: put = `fi_write`, get = `fi_read`, atomics =
 //! `fi_fetch_atomic`/`fi_compare_atomic` (a compare-and-swap loop stands in
 //! for any op/width the provider lacks, found with `fi_query_atomic`),
-//! signals = `fi_atomic`. Transfers are split at the provider's
+//! signals = `fi_atomic`. Non-fetching atomics are `fi_atomic` too and
+//! return once posted ([`Transport::atomic_post`]) when the provider orders
+//! atomics after atomics (`FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAW`, as
+//! `tcp;ofi_rxm` does) and progresses manually; a later write, read or
+//! signal message to the same PE, which the provider does not order after
+//! atomics, first waits for them (`Ofi::after_amos`), so this PE sees its
+//! own operations in program order. Transfers are split at the provider's
 //! `max_msg_size` (at most [`MAX_CHUNK`]) and pipelined. Every operation
 //! carries a context that its completion-queue entry hands back; `quiet`
 //! waits until every posted operation has completed. When the provider
@@ -1306,6 +1312,13 @@ impl Inner {
 pub struct Ofi {
     inner: Arc<Inner>,
     reach: Vec<bool>,
+    /// Non-fetching atomics return once posted ([`Transport::atomic_post`]):
+    /// the provider orders atomics after atomics and progresses manually.
+    post_amos: bool,
+    /// Per peer: a posted non-fetching atomic may still be in flight, so a
+    /// later write, read or signal message to that peer (which the provider
+    /// does not order after atomics) first waits for it.
+    amo_in_flight: Vec<AtomicBool>,
     progress: Mutex<Option<JoinHandle<()>>>,
     _heap: Arc<dyn shmem_core::Heap>,
 }
@@ -1423,6 +1436,9 @@ struct Opened {
     domain: String,
     mr_mode: c_int,
     ordered: bool,
+    /// Atomics execute in order after earlier atomics (`FI_ORDER_ATOMIC_RAW`
+    /// and `FI_ORDER_ATOMIC_WAW`).
+    atomics_ordered: bool,
     max_chunk: usize,
     inject_size: usize,
     progress: c_int,
@@ -1630,6 +1646,8 @@ fn open(api: &Api, info: *mut fi_info, base: *mut u8, size: usize) -> Result<Ope
                 domain: cstr(da.name),
                 mr_mode,
                 ordered: ta.msg_order & FI_ORDER_WAW != 0,
+                atomics_ordered: ta.msg_order & (FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAW)
+                    == (FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAW),
                 max_chunk: ea.max_msg_size.clamp(4096, MAX_CHUNK),
                 inject_size: ta.inject_size,
                 progress: da.data_progress,
@@ -1843,6 +1861,7 @@ impl Ofi {
         };
         // SAFETY: the heap's open region; fi_mr_desc reads this field.
         let heap_desc = unsafe { (*raw.mr).mem_desc };
+        let opened_atomics_ordered = opened.atomics_ordered;
         let inner = Arc::new(Inner {
             api,
             raw,
@@ -1949,9 +1968,15 @@ impl Ofi {
                 }
             })
             .map_err(|e| Error::os("spawning the libfabric progress thread", e))?;
+        let post_amos = opened_atomics_ordered && !inner.auto_progress;
+        let amo_in_flight = (0..inner.peers.len())
+            .map(|_| AtomicBool::new(false))
+            .collect();
         let engine = Ofi {
             inner,
             reach,
+            post_amos,
+            amo_in_flight,
             progress: Mutex::new(Some(progress)),
             _heap: heap,
         };
@@ -2036,6 +2061,19 @@ impl Ofi {
     /// Posts `len` bytes as chunked writes (`bounce`: copy the source first
     /// so that it is reusable on return) or reads; the last chunk wakes the
     /// target for `wake` when given.
+    /// Waits for the non-fetching atomics posted to `pe` before a write,
+    /// read or signal message that the provider would not order after them
+    /// (the same program order a blocking atomic gives).
+    fn after_amos(&self, pe: PeId) -> Result<()> {
+        match self.amo_in_flight.get(pe) {
+            Some(f) if f.load(Ordering::Acquire) => {
+                f.store(false, Ordering::Release);
+                self.drain()
+            }
+            _ => Ok(()),
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn post_rma(
         &self,
@@ -2047,6 +2085,7 @@ impl Ofi {
         bounce: bool,
         wake: Option<Spans>,
     ) -> Result<Completion> {
+        self.after_amos(pe)?;
         let i = &*self.inner;
         let p = i.peer(pe)?;
         let chunk = i.max_chunk;
@@ -2269,6 +2308,7 @@ impl Ofi {
         op: SignalOp,
         value: u64,
     ) -> Result<Completion> {
+        self.after_amos(pe)?;
         let i = &*self.inner;
         let p = i.peer(pe)?;
         let data = inline.unwrap_or(&[]);
@@ -2615,6 +2655,40 @@ impl Transport for Ofi {
             self.wake_after(pe, [(offset as u64, width.bytes() as u64), (0, 0)]);
         }
         Ok(old)
+    }
+
+    unsafe fn atomic_post(
+        &self,
+        pe: PeId,
+        offset: usize,
+        width: AmoWidth,
+        op: AmoOp,
+    ) -> Result<()> {
+        let n = &self.inner.native;
+        let w = usize::from(width == AmoWidth::W64);
+        let m = mask(width);
+        let native = match op {
+            AmoOp::Set(v) => n.write[w].then_some((FI_ATOMIC_WRITE, v & m)),
+            AmoOp::Add(v) => n.sum[w].then_some((FI_SUM, v & m)),
+            AmoOp::And(v) => n.band[w].then_some((FI_BAND, v & m)),
+            AmoOp::Or(v) => n.bor[w].then_some((FI_BOR, v & m)),
+            AmoOp::Xor(v) => n.bxor[w].then_some((FI_BXOR, v & m)),
+            _ => None,
+        };
+        let Some((code, v)) = native.filter(|_| self.post_amos) else {
+            // SAFETY: forwarded contract.
+            return unsafe { self.atomic(pe, offset, width, op) }.map(|_| ());
+        };
+        // Atomics after atomics are ordered by the provider; anything else
+        // to this peer waits for this one first (`after_amos`). `quiet`
+        // waits for it like any posted operation, and its completion
+        // sends the target's wake.
+        if let Some(f) = self.amo_in_flight.get(pe) {
+            f.store(true, Ordering::Release);
+        }
+        let wake = Some([(offset as u64, width.bytes() as u64), (0, 0)]);
+        self.post_atomic(pe, offset, width, code, v, None, false, wake)
+            .map(|_| ())
     }
 
     unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
