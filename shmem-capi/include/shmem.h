@@ -501,6 +501,15 @@ void shmem_clear_lock(long *lock);
 void shmem_barrier_all(void);
 void shmem_sync_all(void);
 int shmem_sync(shmem_team_t team);
+/* The 1.4 active-set form, deprecated in 1.5 but still specified:
+   shmem_sync(PE_start, logPE_stride, PE_size, pSync) synchronises the set
+   without completing puts (shmem_barrier's sync half). The call's argument
+   count picks the form; shmem_sync stays a function for one argument. */
+void shmem_sync_deprecated(int PE_start, int logPE_stride, int PE_size, long *pSync);
+#define SHMEM_SYNC_PICK_(a, b, c, d, NAME, ...) NAME
+#define shmem_sync(...)                                                                \
+    SHMEM_SYNC_PICK_(__VA_ARGS__, shmem_sync_deprecated, shmem_sync_deprecated,       \
+                     shmem_sync_deprecated, shmem_sync, shmem_sync)(__VA_ARGS__)
 int shmem_team_sync(shmem_team_t team);
 
 #define SHMEM_DECL_COLL(T, N)                                                                   \
@@ -637,6 +646,18 @@ void shmem_generic_unsupported_type(void);
 #define shmem_atomic_fetch_and_nbi(...) SHMEM_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_and_nbi, __VA_ARGS__)
 #define shmem_atomic_fetch_or_nbi(...) SHMEM_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_or_nbi, __VA_ARGS__)
 #define shmem_atomic_fetch_xor_nbi(...) SHMEM_GEN_(SHMEM_AMO_BITWISE_TYPES_, atomic_fetch_xor_nbi, __VA_ARGS__)
+
+/* The 1.4 generic names, deprecated in 1.5 but still specified there: the
+   same selection as their shmem_atomic_* successors (so every AMO type the
+   successor takes). shmem_swap(long *, long, int) stays a function too. */
+#define shmem_fetch(...) shmem_atomic_fetch(__VA_ARGS__)
+#define shmem_set(...) shmem_atomic_set(__VA_ARGS__)
+#define shmem_swap(...) shmem_atomic_swap(__VA_ARGS__)
+#define shmem_cswap(...) shmem_atomic_compare_swap(__VA_ARGS__)
+#define shmem_fadd(...) shmem_atomic_fetch_add(__VA_ARGS__)
+#define shmem_finc(...) shmem_atomic_fetch_inc(__VA_ARGS__)
+#define shmem_add(...) shmem_atomic_add(__VA_ARGS__)
+#define shmem_inc(...) shmem_atomic_inc(__VA_ARGS__)
 
 /* Point-to-point synchronisation: the variable's type selects. */
 #define SHMEM_GWAIT_(OP, ivars, ...) SHMEM_GPICK_(SHMEM_WAIT_TYPES_, OP, ivars)(ivars, __VA_ARGS__)

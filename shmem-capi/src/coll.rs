@@ -63,6 +63,10 @@ export!("shmem_team_n_pes", fn(team: TeamHandle) -> c_int {
     ffi("shmem_team_n_pes", |st| Ok(st.team(team).map_or(-1, |t| t.n_pes() as c_int)))
 });
 export!("shmem_team_get_config", fn(team: TeamHandle, mask: c_long, config: *mut TeamConfigC) -> c_int {
+    if team == TEAM_INVALID {
+        // The standard's answer for an invalid team: nonzero, nothing to report.
+        return ffi("shmem_team_get_config", |_| Ok(-1));
+    }
     ffi_status("shmem_team_get_config", |st| {
         let t = st.team(team)?;
         if mask & TEAM_NUM_CONTEXTS != 0 && !config.is_null() {
@@ -83,6 +87,10 @@ export!("shmem_team_translate_pe", fn(src: TeamHandle, pe: c_int, dest: TeamHand
 export!("shmem_team_split_strided", fn(parent: TeamHandle, start: c_int, stride: c_int, size: c_int,
         config: *const TeamConfigC, mask: c_long, new_team: *mut TeamHandle) -> c_int {
     set_out(new_team, TEAM_INVALID);
+    if parent == TEAM_INVALID {
+        // Defined by the standard: no new team and a nonzero return.
+        return ffi("shmem_team_split_strided", |_| Ok(-1));
+    }
     ffi_status("shmem_team_split_strided", |st| {
         let parent = st.team(parent)?;
         let t = st.coll.team_split_strided(&parent, arg(start), stride as isize, arg(size), config_of(config, mask))?;
@@ -95,6 +103,10 @@ export!("shmem_team_split_2d", fn(parent: TeamHandle, xrange: c_int,
         yconfig: *const TeamConfigC, ymask: c_long, yteam: *mut TeamHandle) -> c_int {
     set_out(xteam, TEAM_INVALID);
     set_out(yteam, TEAM_INVALID);
+    if parent == TEAM_INVALID {
+        // Defined by the standard: no new teams and a nonzero return.
+        return ffi("shmem_team_split_2d", |_| Ok(-1));
+    }
     ffi_status("shmem_team_split_2d", |st| {
         let parent = st.team(parent)?;
         let (x, y) = st.coll.team_split_2d(&parent, arg(xrange), config_of(xconfig, xmask), config_of(yconfig, ymask))?;
@@ -573,6 +585,17 @@ export!("shmem_barrier", fn(start: c_int, log_stride: c_int, size: c_int, psync:
         ActiveSet::All(team) => st.coll.barrier(&team),
         ActiveSet::OnlyMe => st.rt.quiet(),
         ActiveSet::Members(m, me) => SetCall::new(st, m, me, psync)?.barrier(),
+    })
+});
+
+// The deprecated active-set `shmem_sync(PE_start, logPE_stride, PE_size,
+// pSync)` (shmem.h picks it by argument count): `shmem_barrier` without
+// the quiet.
+export!("shmem_sync_deprecated", fn(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) -> () {
+    ffi("shmem_sync", |st| match active_set(st, start, log_stride, size)? {
+        ActiveSet::All(team) => st.coll.sync(&team),
+        ActiveSet::OnlyMe => Ok(()),
+        ActiveSet::Members(m, me) => SetCall::new(st, m, me, psync)?.sync(),
     })
 });
 

@@ -17,6 +17,7 @@ static int64_t s64[8], d64[32];
 static double dsrc[2], ddst[2], dwrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE];
 static long double lsrc[2], ldst[2], lwrk[2];
 static int isrc[3], idst[3], iwrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE];
+static int ring_in;
 
 #define psync_clean(ps) psync_clean_(ps, __LINE__)
 /* Call between two barriers: no PE may start its next call meanwhile. */
@@ -100,6 +101,13 @@ static void run(int start, int log, int size, int idx, long *ps) {
     long double lsum = 0;
     for (int p = 0; p < size; p++) lsum += (long double)member[p] / 3.0L;
     CHECK(ldst[0] == lsum && ldst[1] == size);
+    /* The deprecated active-set shmem_sync: a put completed by quiet
+       before it is seen after it. */
+    shmem_int_p(&ring_in, me + 1000, member[(idx + 1) % size]);
+    shmem_quiet();
+    shmem_sync(start, log, size, ps);
+    CHECK(ring_in == member[(idx + size - 1) % size] + 1000);
+    shmem_sync(start, log, size, ps);
     shmem_barrier(start, log, size, ps);
 }
 

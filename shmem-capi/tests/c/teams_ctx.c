@@ -73,6 +73,14 @@ int main(void) {
     CHECK(shmem_team_create_ctx(SHMEM_TEAM_INVALID, 0, &bad) != 0);
     CHECK(bad == SHMEM_CTX_INVALID);
     CHECK(shmem_ctx_get_team(SHMEM_CTX_INVALID, &t) != 0 && t == SHMEM_TEAM_INVALID);
+    /* An invalid parent or team: nonzero, and the outputs are invalid. */
+    shmem_team_t x = SHMEM_TEAM_WORLD, y = SHMEM_TEAM_WORLD, s = SHMEM_TEAM_WORLD;
+    CHECK(shmem_team_split_strided(SHMEM_TEAM_INVALID, 0, 1, 1, NULL, 0, &s) != 0);
+    CHECK(s == SHMEM_TEAM_INVALID);
+    CHECK(shmem_team_split_2d(SHMEM_TEAM_INVALID, 1, NULL, 0, &x, NULL, 0, &y) != 0);
+    CHECK(x == SHMEM_TEAM_INVALID && y == SHMEM_TEAM_INVALID);
+    shmem_team_config_t cfg;
+    CHECK(shmem_team_get_config(SHMEM_TEAM_INVALID, SHMEM_TEAM_NUM_CONTEXTS, &cfg) != 0);
     shmem_barrier_all();
     shmem_finalize();
     if (me == 0) printf("teams_ctx: ok on %d PEs\n", n);

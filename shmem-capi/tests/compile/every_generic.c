@@ -181,6 +181,30 @@ static uint64_t sig;
 #define RED_MINMAX(T, N) RED(min, T, N) RED(max, T, N)
 #define RED_ARITH(T, N) RED(sum, T, N) RED(prod, T, N)
 
+#if !defined(__cplusplus) && !defined(EVERY_TYPED_NAME)
+/* The 1.4 C11 generic names that 1.5 keeps as deprecated: standard AMO
+   types for the arithmetic ones, extended for fetch, set and swap. */
+#define DEP_STD(T, N)                                                          \
+    {                                                                          \
+        static T d;                                                            \
+        T v = 1;                                                               \
+        v = shmem_fadd(&d, v, 0);         v = shmem_finc(&d, 0);               \
+        shmem_add(&d, v, 0);              shmem_inc(&d, 0);                    \
+        v = shmem_cswap(&d, v, v, 0);     (void)v;                             \
+    }
+#define DEP_EXT(T, N)                                                          \
+    {                                                                          \
+        static T d;                                                            \
+        const T *cd = &d;                                                      \
+        T v = 1;                                                               \
+        v = shmem_swap(&d, v, 0);         v = shmem_fetch(cd, 0);              \
+        shmem_set(&d, v, 0);                                                   \
+    }
+#else
+#define DEP_STD(T, N)
+#define DEP_EXT(T, N)
+#endif
+
 int main(int argc, char **argv) {
     (void)argv;
     shmem_init();
@@ -190,6 +214,8 @@ int main(int argc, char **argv) {
         SPEC_AMO_EXT(AMO_EXT)
         SPEC_AMO_STD(AMO_STD)
         SPEC_AMO_BIT(AMO_BIT)
+        SPEC_AMO_STD(DEP_STD)
+        SPEC_AMO_EXT(DEP_EXT)
         SPEC_P2P(P2P)
         SPEC_RED_BIT(RED_BIT)
         SPEC_RED_MINMAX(RED_MINMAX)
