@@ -1315,10 +1315,11 @@ pub struct Ofi {
     /// Non-fetching atomics return once posted ([`Transport::atomic_post`]):
     /// the provider orders atomics after atomics and progresses manually.
     post_amos: bool,
-    /// Per peer: a posted non-fetching atomic may still be in flight, so a
-    /// later write, read or signal message to that peer (which the provider
-    /// does not order after atomics) first waits for it.
-    amo_in_flight: Vec<AtomicBool>,
+    /// Per peer: posted non-fetching atomics not yet complete (counted up
+    /// before each is posted, down by its completion), so that a later
+    /// write, read or signal message to that peer (which the provider does
+    /// not order after atomics) first waits for them.
+    amo_in_flight: Arc<Vec<AtomicU64>>,
     progress: Mutex<Option<JoinHandle<()>>>,
     _heap: Arc<dyn shmem_core::Heap>,
 }
@@ -1969,9 +1970,7 @@ impl Ofi {
             })
             .map_err(|e| Error::os("spawning the libfabric progress thread", e))?;
         let post_amos = opened_atomics_ordered && !inner.auto_progress;
-        let amo_in_flight = (0..inner.peers.len())
-            .map(|_| AtomicBool::new(false))
-            .collect();
+        let amo_in_flight = Arc::new((0..inner.peers.len()).map(|_| AtomicU64::new(0)).collect());
         let engine = Ofi {
             inner,
             reach,
@@ -2065,11 +2064,10 @@ impl Ofi {
     /// read or signal message that the provider would not order after them
     /// (the same program order a blocking atomic gives).
     fn after_amos(&self, pe: PeId) -> Result<()> {
+        // A zero count means every atomic this thread posted to `pe`
+        // before has completed (its count went up before it was posted).
         match self.amo_in_flight.get(pe) {
-            Some(f) if f.load(Ordering::Acquire) => {
-                f.store(false, Ordering::Release);
-                self.drain()
-            }
+            Some(c) if c.load(Ordering::Acquire) > 0 => self.drain(),
             _ => Ok(()),
         }
     }
@@ -2683,12 +2681,29 @@ impl Transport for Ofi {
         // to this peer waits for this one first (`after_amos`). `quiet`
         // waits for it like any posted operation, and its completion
         // sends the target's wake.
-        if let Some(f) = self.amo_in_flight.get(pe) {
-            f.store(true, Ordering::Release);
-        }
+        let Some(count) = self.amo_in_flight.get(pe) else {
+            return Err(Error::PeOutOfRange {
+                pe,
+                n_pes: self.amo_in_flight.len(),
+            });
+        };
+        count.fetch_add(1, Ordering::AcqRel);
         let wake = Some([(offset as u64, width.bytes() as u64), (0, 0)]);
-        self.post_atomic(pe, offset, width, code, v, None, false, wake)
-            .map(|_| ())
+        let posted = self.post_atomic(pe, offset, width, code, v, None, false, wake);
+        let counts = self.amo_in_flight.clone();
+        let down = move || {
+            counts[pe].fetch_sub(1, Ordering::AcqRel);
+            Ok(())
+        };
+        match posted {
+            // Failed or not: the count comes down when it is over.
+            Ok((done, _)) => done.then(down),
+            Err(e) => {
+                let _ = down();
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
