@@ -83,7 +83,11 @@ impl State {
                 } else {
                     let addr = self.statics.peer_addr(pe, seg, off);
                     // SAFETY: `addr` is the same static object on `pe` (same program).
-                    unsafe { self.rt.put_to_address(pe, addr, data)? };
+                    match unsafe { self.rt.put_to_address(pe, addr, data) } {
+                        // No engine reaches it (another node): its service.
+                        Err(Error::Unsupported(_)) => self.amo.put(&self.rt, pe, addr, data)?,
+                        r => r?,
+                    }
                 }
                 statics::ring(&self.rt, pe);
                 Ok(())
@@ -138,8 +142,12 @@ impl State {
                     unsafe { std::ptr::copy(p, out.as_mut_ptr(), len) };
                     return Ok(());
                 }
-                self.rt
-                    .get_from_address(pe, self.statics.peer_addr(pe, seg, off), out)
+                let addr = self.statics.peer_addr(pe, seg, off);
+                match self.rt.get_from_address(pe, addr, out) {
+                    // No engine reaches it (another node): its service.
+                    Err(Error::Unsupported(_)) => self.amo.get(&self.rt, pe, addr, out),
+                    r => r,
+                }
             }
         }
     }

@@ -17,6 +17,11 @@
 //!   `/proc`, a peer on another node), puts and gets go through the SDMA
 //!   engine's `process_vm_writev`/`readv` (same user, same node); either
 //!   way the target's waits on static data are woken at once.
+//! * A peer on another node (no mapping, no `process_vm_*`) is reached
+//!   through its [`AmoService`] too: a put is staged in the requester's own
+//!   heap and the service gets it from there into its static data; a get
+//!   is put by the service into the requester's staging area (at most
+//!   [`STAGE_BYTES`] per round trip).
 //! * Atomics without a mapping need the owner's CPU: each PE runs an
 //!   [`AmoService`] thread.
 //!   A requester writes its operation into its own slot of the target's
@@ -520,6 +525,13 @@ pub(crate) unsafe fn apply_local(addr: usize, width: AmoWidth, op: AmoOp) -> u64
 /// Words per mailbox slot: seq, op, a, b, width, addr (one cache line).
 const SLOT_WORDS: usize = 8;
 const SLOT_BYTES: usize = SLOT_WORDS * 8;
+/// Bytes of each PE's staging area for puts and gets of static data on a
+/// PE it cannot map or reach through the kernel (another node).
+pub(crate) const STAGE_BYTES: usize = 256 * 1024;
+/// Mailbox op codes of those requests (atomics use 1-8): `a` is the
+/// length, `b` the requester's staging offset.
+const OP_PUT: u64 = 100;
+const OP_GET: u64 = 101;
 
 /// Serves atomics on this PE's static data for the other PEs.
 pub(crate) struct AmoService {
@@ -527,6 +539,8 @@ pub(crate) struct AmoService {
     mailbox: usize,
     /// Heap offset of this PE's reply words: seq, value.
     reply: usize,
+    /// Heap offset of this PE's staging area ([`STAGE_BYTES`]).
+    stage: usize,
     /// Serialises this PE's own requests (one reply word).
     requests: Mutex<u64>,
     stop: Arc<AtomicBool>,
@@ -539,6 +553,7 @@ impl AmoService {
         let n = rt.n_pes();
         let mailbox = rt.calloc_bytes(n * SLOT_BYTES, 64)?;
         let reply = rt.calloc_bytes(SLOT_BYTES, 64)?;
+        let stage = rt.calloc_bytes(STAGE_BYTES, 64)?;
         let stop = Arc::new(AtomicBool::new(false));
         let segments: Vec<Segment> = statics.mine.clone();
         let (rt2, stop2) = (rt.clone(), stop.clone());
@@ -549,6 +564,7 @@ impl AmoService {
         Ok(AmoService {
             mailbox,
             reply,
+            stage,
             requests: Mutex::new(0),
             stop,
             worker: Mutex::new(Some(worker)),
@@ -565,13 +581,28 @@ impl AmoService {
         op: AmoOp,
     ) -> Result<u64> {
         let mut seq = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-        *seq += 1;
         let [code, a, b] = encode(op);
-        let width_bytes = width.bytes() as u64;
-        let me = rt.my_pe();
+        let body = [code, a, b, width.bytes() as u64, addr as u64];
+        let (value, refused) = self.call(rt, pe, &mut seq, body)?;
+        if refused {
+            return Err(Error::invalid(
+                "address",
+                format!(
+                    "PE {pe} refused an atomic on its static data at {addr:#x} \
+                     (outside its static segments or misaligned)"
+                ),
+            ));
+        }
+        Ok(value)
+    }
+
+    /// Sends one request (`body`: op, a, b, width, addr) to `pe`'s service
+    /// and waits for its reply; returns the reply's value and whether the
+    /// service refused. `seq` is this PE's request counter (held locked).
+    fn call(&self, rt: &Runtime, pe: PeId, seq: &mut u64, body: [u64; 5]) -> Result<(u64, bool)> {
+        *seq += 1;
         let inst = rt.instance();
-        let slot = self.mailbox + me * SLOT_BYTES;
-        let body = [code, a, b, width_bytes, addr as u64];
+        let slot = self.mailbox + rt.my_pe() * SLOT_BYTES;
         rt.put_signal(
             SymSlice::<u64>::from_raw_parts(slot + 8, body.len(), inst),
             &body,
@@ -583,16 +614,46 @@ impl AmoService {
         let reply = SymRef::<u64>::from_raw_parts(self.reply, inst);
         rt.signal_wait_until(reply, Cmp::Ge, *seq)?;
         let value = rt.read_local(SymSlice::<u64>::from_raw_parts(self.reply + 8, 2, inst))?;
-        if value[1] != 0 {
-            return Err(Error::invalid(
-                "address",
-                format!(
-                    "PE {pe} refused an atomic on its static data at {addr:#x} \
-                     (outside its static segments or misaligned)"
-                ),
-            ));
+        Ok((value[0], value[1] != 0))
+    }
+
+    /// Copies `data` into `pe`'s static data at `addr` (an address on
+    /// `pe`) through its service, [`STAGE_BYTES`] per round trip.
+    pub(crate) fn put(&self, rt: &Runtime, pe: PeId, addr: usize, data: &[u8]) -> Result<()> {
+        let mut seq = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        let inst = rt.instance();
+        for (k, chunk) in data.chunks(STAGE_BYTES).enumerate() {
+            rt.write_local(
+                SymSlice::<u8>::from_raw_parts(self.stage, chunk.len(), inst),
+                chunk,
+            )?;
+            let at = addr + k * STAGE_BYTES;
+            let body = [OP_PUT, chunk.len() as u64, self.stage as u64, 0, at as u64];
+            if self.call(rt, pe, &mut seq, body)?.1 {
+                return Err(refused(pe, "put", at, chunk.len()));
+            }
         }
-        Ok(value[0])
+        Ok(())
+    }
+
+    /// Copies `pe`'s static data at `addr` into `out` through its service.
+    pub(crate) fn get(&self, rt: &Runtime, pe: PeId, addr: usize, out: &mut [u8]) -> Result<()> {
+        let mut seq = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        let inst = rt.instance();
+        for (k, chunk) in out.chunks_mut(STAGE_BYTES).enumerate() {
+            let at = addr + k * STAGE_BYTES;
+            let body = [OP_GET, chunk.len() as u64, self.stage as u64, 0, at as u64];
+            if self.call(rt, pe, &mut seq, body)?.1 {
+                return Err(refused(pe, "get", at, chunk.len()));
+            }
+            let got = rt.read_local(SymSlice::<u8>::from_raw_parts(
+                self.stage,
+                chunk.len(),
+                inst,
+            ))?;
+            chunk.copy_from_slice(&got);
+        }
+        Ok(())
     }
 
     /// Stops the service thread (after the finalize barrier: no request is
@@ -605,6 +666,43 @@ impl AmoService {
             let _ = w.join();
         }
     }
+}
+
+fn refused(pe: PeId, what: &str, addr: usize, len: usize) -> Error {
+    Error::invalid(
+        "address",
+        format!(
+            "PE {pe} refused a {what} of {len} bytes on its static data at {addr:#x} \
+             (outside its static segments)"
+        ),
+    )
+}
+
+/// Serves a put (`OP_PUT`: gets the requester's staged bytes into our
+/// static data) or a get (`OP_GET`: puts our static bytes into the
+/// requester's staging area, fenced before the reply); returns whether it
+/// refused (a range outside our static segments, or too long).
+fn serve_rma(rt: &Runtime, from: PeId, w: &[u64], segments: &[Segment]) -> bool {
+    let (len, stage, addr) = (w[1] as usize, w[2] as usize, w[4] as usize);
+    let inside = len <= STAGE_BYTES
+        && segments.iter().any(|s| {
+            addr >= s.start && addr.checked_add(len).is_some_and(|e| e <= s.start + s.len)
+        });
+    if !inside {
+        return true;
+    }
+    let done = if w[0] == OP_PUT {
+        // SAFETY: `addr..addr+len` lies inside our writable static segments
+        // (checked above); the program's other threads may race on it as
+        // with any remote put.
+        let dst = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
+        rt.get_bytes(from, stage, dst)
+    } else {
+        // SAFETY: as above, read only.
+        let src = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+        rt.put_bytes(from, stage, src).and_then(|()| rt.fence())
+    };
+    done.is_err()
 }
 
 fn serve(rt: &Runtime, mailbox: usize, reply: usize, segments: &[Segment], stop: &AtomicBool) {
@@ -646,6 +744,19 @@ fn serve(rt: &Runtime, mailbox: usize, reply: usize, segments: &[Segment], stop:
                     unsafe { *((base + mailbox + i * SLOT_BYTES + k * 8) as *const u64) }
                 })
                 .collect();
+            if w[0] == OP_PUT || w[0] == OP_GET {
+                let refused = serve_rma(rt, i, &w, segments);
+                ring(rt, rt.my_pe());
+                let _ = rt.put_signal(
+                    SymSlice::<u64>::from_raw_parts(reply + 8, 2, inst),
+                    &[0, u64::from(refused)],
+                    SymRef::from_raw_parts(reply, inst),
+                    seq,
+                    SignalOp::Set,
+                    i,
+                );
+                continue;
+            }
             let width = match w[3] {
                 4 => Some(AmoWidth::W32),
                 8 => Some(AmoWidth::W64),

@@ -318,10 +318,13 @@ fn rma_to_a_killed_remote_pe_fails_naming_it() {
     }
 }
 
-/// A C program (through `libshmem`, built with `oshcc`) across hosts:
-/// put/get at 1 B..1 MiB, atomics from every PE and put-with-signal on the
-/// symmetric heap, under every provider, two PEs per host (HCCS within a
-/// host, ROCE between them).
+/// C programs (through `libshmem`, built with `oshcc`) across hosts, under
+/// every provider, two PEs per host (HCCS within a host, ROCE between
+/// them): put/get at 1 B..1 MiB, atomics from every PE and put-with-signal
+/// on the symmetric heap (`plugin.c`); RMA on global and static data, which
+/// a peer on another host reaches through the owner's service thread
+/// (`rma.c`); the deprecated collectives on active sets with `pSync` in
+/// static data (`active_sets.c`).
 #[test]
 fn a_c_program_runs_across_hosts_under_every_provider() {
     let Some(h) = hosts_or_skip(2) else { return };
@@ -338,24 +341,26 @@ fn a_c_program_runs_across_hosts_under_every_provider() {
         return;
     }
     let capi = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shmem-capi");
-    let exe = libdir.join("multihost-c-plugin");
-    let out = Command::new(capi.join("bin/oshcc"))
-        .env("SHMEM_LIBDIR", &libdir)
-        .args(["-std=c11", "-O1", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(capi.join("tests/c/plugin.c"))
-        .output()
-        .expect("run oshcc");
-    assert!(
-        out.status.success(),
-        "oshcc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for (prov, env) in providers() {
-        run_ok(
-            &h.job_of(&exe, 2, &env),
-            &format!("C program on 2 hosts x 2 PEs, {prov}"),
+    for program in ["plugin", "rma", "active_sets"] {
+        let exe = libdir.join(format!("multihost-c-{program}"));
+        let out = Command::new(capi.join("bin/oshcc"))
+            .env("SHMEM_LIBDIR", &libdir)
+            .args(["-std=c11", "-O1", "-Wall", "-Werror", "-o"])
+            .arg(&exe)
+            .arg(capi.join(format!("tests/c/{program}.c")))
+            .output()
+            .expect("run oshcc");
+        assert!(
+            out.status.success(),
+            "oshcc {program}.c: {}",
+            String::from_utf8_lossy(&out.stderr)
         );
+        for (prov, env) in providers() {
+            run_ok(
+                &h.job_of(&exe, 2, &env),
+                &format!("C program {program}.c on 2 hosts x 2 PEs, {prov}"),
+            );
+        }
     }
 }
 

@@ -11,6 +11,10 @@ double g_dbl[N] = {1.0};      /* data */
 static long double s_ld[4];
 static uint8_t s_bytes[256];
 static short s_stride[2 * N];
+/* Larger than one staging round trip of a peer on another node (256 KiB). */
+#define BIG (600 * 1024 + 3)
+static unsigned char s_big[BIG];
+static unsigned char big_src[BIG], big_got[BIG];
 
 int main(void) {
     shmem_init();
@@ -111,6 +115,15 @@ int main(void) {
     long lg;
     shmem_get(&lg, hl, 1, left);
     CHECK(lg == (left + n - 1) % n);
+    shmem_barrier_all();
+
+    /* a large put and get on static data */
+    for (int i = 0; i < BIG; i++) big_src[i] = (unsigned char)(i * 7 + me);
+    shmem_putmem(s_big, big_src, BIG, right);
+    shmem_barrier_all();
+    for (int i = 0; i < BIG; i++) CHECK(s_big[i] == (unsigned char)(i * 7 + left));
+    shmem_getmem(big_got, s_big, BIG, right);
+    for (int i = 0; i < BIG; i++) CHECK(big_got[i] == (unsigned char)(i * 7 + me));
     shmem_barrier_all();
     shmem_free(hl);
     shmem_free(h_str);
