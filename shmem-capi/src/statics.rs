@@ -639,19 +639,14 @@ impl AmoService {
     /// Copies `pe`'s static data at `addr` into `out` through its service.
     pub(crate) fn get(&self, rt: &Runtime, pe: PeId, addr: usize, out: &mut [u8]) -> Result<()> {
         let mut seq = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-        let inst = rt.instance();
         for (k, chunk) in out.chunks_mut(STAGE_BYTES).enumerate() {
             let at = addr + k * STAGE_BYTES;
             let body = [OP_GET, chunk.len() as u64, self.stage as u64, 0, at as u64];
             if self.call(rt, pe, &mut seq, body)?.1 {
                 return Err(refused(pe, "get", at, chunk.len()));
             }
-            let got = rt.read_local(SymSlice::<u8>::from_raw_parts(
-                self.stage,
-                chunk.len(),
-                inst,
-            ))?;
-            chunk.copy_from_slice(&got);
+            // The service put the bytes into our own staging area.
+            rt.get_bytes(rt.my_pe(), self.stage, chunk)?;
         }
         Ok(())
     }
@@ -678,17 +673,46 @@ fn refused(pe: PeId, what: &str, addr: usize, len: usize) -> Error {
     )
 }
 
+/// Whether `[addr, addr + len)` lies inside one of our writable static
+/// `segments` (a requester's range is checked before it is touched).
+fn in_segments(segments: &[Segment], addr: usize, len: usize) -> bool {
+    addr.checked_add(len).is_some_and(|end| {
+        segments
+            .iter()
+            .any(|s| addr >= s.start && end <= s.start + s.len)
+    })
+}
+
+/// Serves an atomic (`w`: op, a, b, width, addr); returns the old value
+/// and 1 when it refused (an unknown op or width, a misaligned word or one
+/// outside our static segments), else 0.
+fn serve_amo(w: &[u64], segments: &[Segment]) -> (u64, u64) {
+    let width = match w[3] {
+        4 => Some(AmoWidth::W32),
+        8 => Some(AmoWidth::W64),
+        _ => None,
+    };
+    let addr = w[4] as usize;
+    let inside = width.is_some_and(|wd| {
+        addr.is_multiple_of(wd.bytes()) && in_segments(segments, addr, wd.bytes())
+    });
+    match (width, decode([w[0], w[1], w[2]])) {
+        (Some(wd), Some(op)) if inside => {
+            // SAFETY: checked to lie inside our writable static segments and
+            // to be aligned for the width.
+            (unsafe { apply_local(addr, wd, op) }, 0)
+        }
+        _ => (0, 1),
+    }
+}
+
 /// Serves a put (`OP_PUT`: gets the requester's staged bytes into our
 /// static data) or a get (`OP_GET`: puts our static bytes into the
 /// requester's staging area, fenced before the reply); returns whether it
 /// refused (a range outside our static segments, or too long).
 fn serve_rma(rt: &Runtime, from: PeId, w: &[u64], segments: &[Segment]) -> bool {
     let (len, stage, addr) = (w[1] as usize, w[2] as usize, w[4] as usize);
-    let inside = len <= STAGE_BYTES
-        && segments.iter().any(|s| {
-            addr >= s.start && addr.checked_add(len).is_some_and(|e| e <= s.start + s.len)
-        });
-    if !inside {
+    if len > STAGE_BYTES || !in_segments(segments, addr, len) {
         return true;
     }
     let done = if w[0] == OP_PUT {
@@ -744,38 +768,10 @@ fn serve(rt: &Runtime, mailbox: usize, reply: usize, segments: &[Segment], stop:
                     unsafe { *((base + mailbox + i * SLOT_BYTES + k * 8) as *const u64) }
                 })
                 .collect();
-            if w[0] == OP_PUT || w[0] == OP_GET {
-                let refused = serve_rma(rt, i, &w, segments);
-                ring(rt, rt.my_pe());
-                let _ = rt.put_signal(
-                    SymSlice::<u64>::from_raw_parts(reply + 8, 2, inst),
-                    &[0, u64::from(refused)],
-                    SymRef::from_raw_parts(reply, inst),
-                    seq,
-                    SignalOp::Set,
-                    i,
-                );
-                continue;
-            }
-            let width = match w[3] {
-                4 => Some(AmoWidth::W32),
-                8 => Some(AmoWidth::W64),
-                _ => None,
-            };
-            let addr = w[4] as usize;
-            let inside = width.is_some_and(|wd| {
-                addr.is_multiple_of(wd.bytes())
-                    && segments
-                        .iter()
-                        .any(|s| addr >= s.start && addr + wd.bytes() <= s.start + s.len)
-            });
-            let (value, refused) = match (width, decode([w[0], w[1], w[2]])) {
-                (Some(wd), Some(op)) if inside => {
-                    // SAFETY: checked to lie inside our writable static
-                    // segments and to be aligned for the width.
-                    (unsafe { apply_local(addr, wd, op) }, 0)
-                }
-                _ => (0, 1),
+            let (value, refused) = if w[0] == OP_PUT || w[0] == OP_GET {
+                (0, u64::from(serve_rma(rt, i, &w, segments)))
+            } else {
+                serve_amo(&w, segments)
             };
             ring(rt, rt.my_pe());
             let _ = rt.put_signal(
@@ -787,5 +783,44 @@ fn serve(rt: &Runtime, mailbox: usize, reply: usize, segments: &[Segment], stop:
                 i,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_service_touches_only_ranges_inside_its_static_segments() {
+        let segs = [
+            Segment {
+                start: 0x1000,
+                len: 0x100,
+            },
+            Segment {
+                start: 0x4000,
+                len: 0x2000,
+            },
+        ];
+        assert!(in_segments(&segs, 0x1000, 0x100));
+        assert!(in_segments(&segs, 0x5ff8, 8));
+        assert!(
+            !in_segments(&segs, 0x10f8, 16),
+            "runs past the first segment's end"
+        );
+        assert!(!in_segments(&segs, 0x0ff8, 16), "starts before it");
+        assert!(!in_segments(&segs, 0x2000, 8), "between segments");
+        assert!(!in_segments(&segs, usize::MAX - 4, 8), "wraps around");
+        // Atomics: misaligned or of an unknown width are refused too.
+        let mut word = 0u64;
+        let at = &mut word as *mut u64 as usize;
+        let mine = [Segment { start: at, len: 8 }];
+        let [code, a, b] = encode(AmoOp::Add(5));
+        assert_eq!(serve_amo(&[code, a, b, 8, at as u64], &mine), (0, 0));
+        assert_eq!(word, 5);
+        assert_eq!(serve_amo(&[code, a, b, 8, at as u64 + 8], &mine).1, 1);
+        assert_eq!(serve_amo(&[code, a, b, 3, at as u64], &mine).1, 1);
+        assert_eq!(serve_amo(&[99, a, b, 8, at as u64], &mine).1, 1);
+        assert_eq!(word, 5, "a refused request leaves the word alone");
     }
 }

@@ -28,7 +28,7 @@
 
 #![warn(clippy::missing_errors_doc)]
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
@@ -74,13 +74,11 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         let mut live = MAPPINGS.lock().unwrap_or_else(|p| p.into_inner());
         // Forget the entry unless a newer mapping of the same file took it.
-        if let Some(live) = live.as_mut() {
-            if live
-                .get(&self.key)
-                .is_some_and(|w| std::ptr::eq(w.as_ptr(), self))
-            {
-                live.remove(&self.key);
-            }
+        if live
+            .get(&self.key)
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), self))
+        {
+            live.remove(&self.key);
         }
         // SAFETY: made by `map_fd` in `Mapping::get` with this size; the
         // last Arc is gone, so nothing uses it any more.
@@ -89,7 +87,7 @@ impl Drop for Mapping {
 }
 
 /// The peer heaps mapped in this process, by file.
-static MAPPINGS: Mutex<Option<HashMap<MapKey, Weak<Mapping>>>> = Mutex::new(None);
+static MAPPINGS: Mutex<BTreeMap<MapKey, Weak<Mapping>>> = Mutex::new(BTreeMap::new());
 
 impl Mapping {
     /// This process's mapping of the heap behind `fd` (`size` bytes): the
@@ -103,7 +101,6 @@ impl Mapping {
         }
         let key = (st.st_dev, st.st_ino, size);
         let mut live = MAPPINGS.lock().unwrap_or_else(|p| p.into_inner());
-        let live = live.get_or_insert_with(HashMap::new);
         if let Some(m) = live.get(&key).and_then(Weak::upgrade) {
             return Ok(m);
         }
@@ -477,20 +474,10 @@ mod tests {
         }
         let key = a.key;
         drop(a);
-        assert!(MAPPINGS
-            .lock()
-            .unwrap()
-            .as_ref()
-            .unwrap()
-            .contains_key(&key));
+        assert!(MAPPINGS.lock().unwrap().contains_key(&key));
         drop(b);
         assert!(
-            !MAPPINGS
-                .lock()
-                .unwrap()
-                .as_ref()
-                .unwrap()
-                .contains_key(&key),
+            !MAPPINGS.lock().unwrap().contains_key(&key),
             "the last user's drop forgets (and unmaps) it"
         );
         let again = Mapping::get(fd_of(&heap), 1 << 20).unwrap();

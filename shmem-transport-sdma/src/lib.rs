@@ -190,7 +190,7 @@ pub struct Sdma {
     heaps: Arc<NodeHeaps>,
     pids: Vec<u32>,
     tx: Option<Sender<Descriptor>>,
-    /// The engines' queue, for threads that wait and help ([`Sdma::help`]).
+    /// The engines' queue, for threads that wait and help ([`help`]).
     rx: Receiver<Descriptor>,
     engines: usize,
     counters: Arc<Counters>,

@@ -1862,7 +1862,6 @@ impl Ofi {
         };
         // SAFETY: the heap's open region; fi_mr_desc reads this field.
         let heap_desc = unsafe { (*raw.mr).mem_desc };
-        let opened_atomics_ordered = opened.atomics_ordered;
         let inner = Arc::new(Inner {
             api,
             raw,
@@ -1969,7 +1968,7 @@ impl Ofi {
                 }
             })
             .map_err(|e| Error::os("spawning the libfabric progress thread", e))?;
-        let post_amos = opened_atomics_ordered && !inner.auto_progress;
+        let post_amos = opened.atomics_ordered && !inner.auto_progress;
         let amo_in_flight = Arc::new((0..inner.peers.len()).map(|_| AtomicU64::new(0)).collect());
         let engine = Ofi {
             inner,
@@ -2057,9 +2056,6 @@ impl Ofi {
         &self.inner.info
     }
 
-    /// Posts `len` bytes as chunked writes (`bounce`: copy the source first
-    /// so that it is reusable on return) or reads; the last chunk wakes the
-    /// target for `wake` when given.
     /// Waits for the non-fetching atomics posted to `pe` before a write,
     /// read or signal message that the provider would not order after them
     /// (the same program order a blocking atomic gives).
@@ -2072,6 +2068,26 @@ impl Ofi {
         }
     }
 
+    /// The provider's op code and operand for `op` at `width` when the
+    /// provider has it natively (`fi_query_atomic`), else `None`.
+    fn native_op(&self, width: AmoWidth, op: AmoOp) -> Option<(c_int, u64)> {
+        let n = &self.inner.native;
+        let w = usize::from(width == AmoWidth::W64);
+        let m = mask(width);
+        match op {
+            AmoOp::Fetch => n.read[w].then_some((FI_ATOMIC_READ, 0)),
+            AmoOp::Set(v) | AmoOp::Swap(v) => n.write[w].then_some((FI_ATOMIC_WRITE, v & m)),
+            AmoOp::Add(v) => n.sum[w].then_some((FI_SUM, v & m)),
+            AmoOp::And(v) => n.band[w].then_some((FI_BAND, v & m)),
+            AmoOp::Or(v) => n.bor[w].then_some((FI_BOR, v & m)),
+            AmoOp::Xor(v) => n.bxor[w].then_some((FI_BXOR, v & m)),
+            AmoOp::CompareSwap { .. } => None,
+        }
+    }
+
+    /// Posts `len` bytes as chunked writes (`bounce`: copy the source first
+    /// so that it is reusable on return) or reads; the last chunk wakes the
+    /// target for `wake` when given.
     #[allow(clippy::too_many_arguments)]
     fn post_rma(
         &self,
@@ -2618,21 +2634,10 @@ impl Transport for Ofi {
     }
 
     unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
-        let n = &self.inner.native;
-        let w = usize::from(width == AmoWidth::W64);
         let m = mask(width);
-        let native = match op {
-            AmoOp::Fetch => n.read[w].then_some((FI_ATOMIC_READ, 0)),
-            AmoOp::Set(v) | AmoOp::Swap(v) => n.write[w].then_some((FI_ATOMIC_WRITE, v & m)),
-            AmoOp::Add(v) => n.sum[w].then_some((FI_SUM, v & m)),
-            AmoOp::And(v) => n.band[w].then_some((FI_BAND, v & m)),
-            AmoOp::Or(v) => n.bor[w].then_some((FI_BOR, v & m)),
-            AmoOp::Xor(v) => n.bxor[w].then_some((FI_BXOR, v & m)),
-            AmoOp::CompareSwap { .. } => None,
-        };
         let old = if let AmoOp::CompareSwap { cond, value } = op {
             self.cswap(pe, offset, width, cond & m, value & m)?
-        } else if let Some((code, v)) = native {
+        } else if let Some((code, v)) = self.native_op(width, op) {
             self.fetch_op(pe, offset, width, code, v)?
         } else {
             // Emulated with a compare-and-swap loop (the provider lacks the op).
@@ -2662,18 +2667,14 @@ impl Transport for Ofi {
         width: AmoWidth,
         op: AmoOp,
     ) -> Result<()> {
-        let n = &self.inner.native;
-        let w = usize::from(width == AmoWidth::W64);
-        let m = mask(width);
-        let native = match op {
-            AmoOp::Set(v) => n.write[w].then_some((FI_ATOMIC_WRITE, v & m)),
-            AmoOp::Add(v) => n.sum[w].then_some((FI_SUM, v & m)),
-            AmoOp::And(v) => n.band[w].then_some((FI_BAND, v & m)),
-            AmoOp::Or(v) => n.bor[w].then_some((FI_BOR, v & m)),
-            AmoOp::Xor(v) => n.bxor[w].then_some((FI_BXOR, v & m)),
-            _ => None,
-        };
-        let Some((code, v)) = native.filter(|_| self.post_amos) else {
+        let non_fetching = matches!(
+            op,
+            AmoOp::Set(_) | AmoOp::Add(_) | AmoOp::And(_) | AmoOp::Or(_) | AmoOp::Xor(_)
+        );
+        let native = self
+            .native_op(width, op)
+            .filter(|_| self.post_amos && non_fetching);
+        let Some((code, v)) = native else {
             // SAFETY: forwarded contract.
             return unsafe { self.atomic(pe, offset, width, op) }.map(|_| ());
         };
