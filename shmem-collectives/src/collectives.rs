@@ -29,7 +29,7 @@ use shmem_core::{
 };
 
 use crate::algorithm::{AlgorithmChoice, BarrierAlgorithm};
-use crate::team::{strided_members, Team, TeamConfig, TeamKind, TeamState};
+use crate::team::{strided_members, StateGuard, Team, TeamConfig, TeamKind};
 
 /// Fingerprint value sent by a PE whose own arguments were invalid.
 pub(crate) const BAD_ARGS: u32 = 0x8000_0000;
@@ -248,13 +248,13 @@ pub(crate) struct Call<'a> {
     pub(crate) coll: &'a Collectives,
     pub(crate) rt: &'a Runtime,
     pub(crate) team: &'a Team,
-    pub(crate) state: MutexGuard<'a, TeamState>,
+    pub(crate) state: StateGuard<'a>,
     /// This PE's team index.
     pub(crate) me: usize,
     /// Team size.
     pub(crate) n: usize,
-    /// Records the call for the hang report while it runs.
-    _in_call: shmem_core::ActivityGuard<'a>,
+    /// Names the call in the hang report should one of its waits sleep.
+    _in_call: shmem_core::DeferGuard,
     /// A mismatch found in this PE's previous call (a broadcast it
     /// published without waiting); this call fails with it, after taking
     /// part in its handshake as a PE with invalid arguments.
@@ -778,7 +778,7 @@ impl Collectives {
         let in_call =
             self.rt
                 .activity()
-                .enter(op, team.hang_label(), state.seq + state.published + 1);
+                .defer(op, team.hang_label(), state.seq + state.published + 1);
         let mut call = Call {
             coll: self,
             rt: &self.rt,

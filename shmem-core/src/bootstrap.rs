@@ -137,6 +137,36 @@ impl Drop for ActivityGuard<'_> {
 thread_local! {
     /// Set on service threads whose endless waits are not the PE's calls.
     static MUTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The outermost call this thread deferred ([`Activity::defer`]).
+    static DEFERRED: std::cell::Cell<Option<Deferred>> = const { std::cell::Cell::new(None) };
+}
+
+/// A call to record once one of its waits starts sleeping.
+#[derive(Debug, Clone, Copy)]
+struct Deferred {
+    /// The activity it belongs to (only compared, never dereferenced).
+    activity: *const Activity,
+    call: &'static str,
+    team: &'static str,
+    seq: u64,
+    location: &'static std::panic::Location<'static>,
+}
+
+/// Forgets the call deferred with [`Activity::defer`] when dropped.
+#[derive(Debug)]
+pub struct DeferGuard {
+    /// This guard deferred the thread's outermost call.
+    set: bool,
+    /// Not `Send`: the record is the creating thread's.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for DeferGuard {
+    fn drop(&mut self) {
+        if self.set {
+            DEFERRED.with(|d| d.set(None));
+        }
+    }
 }
 
 /// A snapshot of [`Activity`].
@@ -196,6 +226,55 @@ impl Activity {
             self.generation.store((g | 1) + 1, Ordering::Release);
         }
         ActivityGuard(Some(self))
+    }
+
+    /// Notes that this thread is in `call` number `seq` (on `team`, if not
+    /// empty) without recording it: the call is recorded, as by
+    /// [`Activity::enter`], only when a wait inside it starts sleeping
+    /// ([`Activity::enter_waiting`]). A call that never blocks (a
+    /// collective whose peers are there) then costs no atomic operation
+    /// here, where `enter` costs two (5 ns each on this kind of VM), and
+    /// a PE stuck in it is still named in the hang report: what keeps it
+    /// there is a wait. Only the thread's outermost deferred call counts;
+    /// the guard forgets it.
+    #[inline]
+    #[track_caller]
+    pub fn defer(&self, call: &'static str, team: &'static str, seq: u64) -> DeferGuard {
+        let location = std::panic::Location::caller();
+        let set = DEFERRED.with(|d| {
+            if d.get().is_some() {
+                return false;
+            }
+            d.set(Some(Deferred {
+                activity: self,
+                call,
+                team,
+                seq,
+                location,
+            }));
+            true
+        });
+        DeferGuard {
+            set,
+            _thread: std::marker::PhantomData,
+        }
+    }
+
+    /// Records, for a wait that starts sleeping, the call this thread
+    /// deferred on this activity ([`Activity::defer`]), or else `call`
+    /// itself (number `seq`, called at `location`).
+    pub fn enter_waiting(
+        &self,
+        call: &'static str,
+        seq: u64,
+        location: &'static std::panic::Location<'static>,
+    ) -> ActivityGuard<'_> {
+        match DEFERRED.with(|d| d.get()) {
+            Some(d) if std::ptr::eq(d.activity, self) => {
+                self.enter_at(d.call, d.team, d.seq, d.location)
+            }
+            _ => self.enter_at(call, "", seq, location),
+        }
     }
 
     /// Leaves source locations out of every hang report of this process:
@@ -423,6 +502,27 @@ mod tests {
         assert_eq!(a.state().label, None);
         let w = a.enter("wait_until", "", 2);
         assert_eq!(a.state().label.as_deref(), Some("wait_until #2"));
+        drop(w);
+        // A deferred call is recorded only by a wait that sleeps, with its
+        // own label and location; another activity's waits do not see it.
+        {
+            let _deferred = a.defer("fcollect", "SHARED", 9);
+            let _inner = a.defer("barrier", "WORLD", 10);
+            assert!(!a.busy());
+            let other = Activity::new();
+            drop(other.enter_waiting("wait_until", 0, std::panic::Location::caller()));
+            let w = a.enter_waiting("wait_until", 0, std::panic::Location::caller());
+            assert_eq!(
+                a.state().label.as_deref(),
+                Some("fcollect #9 (team SHARED)")
+            );
+            let at = a.state().location.unwrap_or_default();
+            assert!(at.starts_with("shmem-core/src/bootstrap.rs:"), "{at}");
+            drop(w);
+            assert!(!a.busy());
+        }
+        let w = a.enter_waiting("wait_until", 3, std::panic::Location::caller());
+        assert_eq!(a.state().label.as_deref(), Some("wait_until #3"));
         drop(w);
         // A muted service thread's calls are not the PE's.
         std::thread::scope(|s| {

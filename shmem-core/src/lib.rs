@@ -55,7 +55,9 @@ pub mod wire;
 pub use inventory;
 pub use tracing;
 
-pub use bootstrap::{Activity, ActivityGuard, ActivityState, Bootstrap, HangPolicy, PeerHealth};
+pub use bootstrap::{
+    Activity, ActivityGuard, ActivityState, Bootstrap, DeferGuard, HangPolicy, PeerHealth,
+};
 pub use completion::{Completion, Failed, Handle};
 pub use config::Config;
 pub use error::{Error, Result};

@@ -136,7 +136,8 @@ impl Runtime {
     ) -> Result<()> {
         let bs = &self.bootstrap;
         // Recorded for the hang report once the wait starts sleeping (free
-        // on the fast path); a collective's own entry takes precedence.
+        // on the fast path), under the name of the call this thread deferred
+        // (a collective), if any.
         let mut in_call = None;
         let location = std::panic::Location::caller();
         // SAFETY: guaranteed by the caller.
@@ -148,7 +149,7 @@ impl Runtime {
                 ready,
                 || {
                     in_call.get_or_insert_with(|| {
-                        self.activity.enter_at("wait_until", "", 0, location)
+                        self.activity.enter_waiting("wait_until", 0, location)
                     });
                     bs.check_peers()
                 },
