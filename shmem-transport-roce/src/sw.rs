@@ -99,8 +99,33 @@ struct QueuePair {
     writer: Mutex<TcpStream>,
     next_seq: AtomicU64,
     pending: Arc<Mutex<HashMap<u64, Pending>>>,
-    failed: Arc<Mutex<Option<String>>>,
+    failed: Arc<Mutex<Option<Lost>>>,
     reader: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Why a queue pair was lost, and when: a quiet names the peer lost first
+/// (the likely cause; survivors that exit after it close their links too).
+#[derive(Debug, Clone)]
+struct Lost {
+    at: Instant,
+    why: String,
+}
+
+/// The queue pair lost first among `qps` (peer, loss), if any was.
+fn first_lost(qps: impl Iterator<Item = (PeId, Option<Lost>)>) -> Option<(PeId, Lost)> {
+    qps.filter_map(|(pe, l)| Some((pe, l?)))
+        .min_by_key(|(_, l)| l.at)
+}
+
+/// Records the first loss of a queue pair (later reasons follow from it).
+fn mark_lost(failed: &Mutex<Option<Lost>>, why: &str) {
+    failed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(|| Lost {
+            at: Instant::now(),
+            why: why.to_string(),
+        });
 }
 
 impl QueuePair {
@@ -108,12 +133,21 @@ impl QueuePair {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// When and why this queue pair was lost, if it was.
+    fn lost(&self) -> Option<Lost> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Fails naming this queue pair's peer once it was lost.
     fn check(&self) -> Result<()> {
-        match &*self.failed.lock().unwrap_or_else(|p| p.into_inner()) {
+        match self.lost() {
             None => Ok(()),
-            Some(why) => Err(Error::PeerExited {
+            Some(Lost { why, .. }) => Err(Error::PeerExited {
                 pe: self.pe,
-                detail: why.clone(),
+                detail: why,
             }),
         }
     }
@@ -134,12 +168,7 @@ impl QueuePair {
             // pair is alive: the completion thread marks it failed and drains
             // under the same lock, so no request is left unanswered.
             let mut p = self.lock_pending();
-            let dead = self
-                .failed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            if let Some(why) = dead {
+            if let Some(Lost { why, .. }) = self.lost() {
                 drop(p);
                 pending.fail(&why);
                 return Err(Error::PeerExited {
@@ -163,7 +192,7 @@ impl QueuePair {
             } else {
                 format!("connection to PE {} at {} failed: {e}", self.pe, self.addr)
             };
-            *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+            mark_lost(&self.failed, &why);
             if let Some(p) = self.lock_pending().remove(&req.seq) {
                 p.fail(&why);
                 counters.complete(Some(&why));
@@ -240,7 +269,7 @@ fn completion_loop(
     qp_pe: PeId,
     addr: SocketAddr,
     pending: Arc<Mutex<HashMap<u64, Pending>>>,
-    failed: Arc<Mutex<Option<String>>>,
+    failed: Arc<Mutex<Option<Lost>>>,
     counters: Arc<Counters>,
     stopping: Arc<AtomicBool>,
     link: Duration,
@@ -281,7 +310,7 @@ fn completion_loop(
                 if let Err(e) = wd.read_exact(buf, qp_pe, true) {
                     let why = format!("connection to PE {qp_pe} lost during a read: {e}");
                     // Later posts must fail as soon as this read does.
-                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+                    mark_lost(&failed, &why);
                     done.finish_part(Err(err(why.clone())));
                     counters.complete(Some(&why));
                     break why;
@@ -317,7 +346,7 @@ fn completion_loop(
     }
     let drained: Vec<Pending> = {
         let mut p = pending.lock().unwrap_or_else(|p| p.into_inner());
-        *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+        mark_lost(&failed, &why);
         p.drain().map(|(_, p)| p).collect()
     };
     for p in drained {
@@ -996,14 +1025,38 @@ impl Transport for SwVerbs {
             return Err(err(e));
         }
         // A lost queue pair fails every quiet after it, naming its peer:
-        // what was issued to it may never have been applied.
-        self.qps.iter().flatten().try_for_each(QueuePair::check)
+        // what was issued to it may never have been applied. The first
+        // one lost is named: a survivor that has exited since (closing its
+        // link) is not the cause.
+        match first_lost(self.qps.iter().flatten().map(|qp| (qp.pe, qp.lost()))) {
+            None => Ok(()),
+            Some((pe, Lost { why, .. })) => Err(Error::PeerExited { pe, detail: why }),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quiet_names_the_queue_pair_lost_first_and_a_loss_keeps_its_first_reason() {
+        let slot = Mutex::new(None);
+        mark_lost(&slot, "PE 1 was killed");
+        mark_lost(&slot, "a later symptom");
+        let first = slot.lock().unwrap().clone().unwrap();
+        assert_eq!(first.why, "PE 1 was killed");
+        // PE 0 exited after PE 1 died: PE 1 is named although PE 0 comes
+        // first in PE order.
+        let later = Lost {
+            at: first.at + Duration::from_millis(5),
+            why: "PE 0 closed its link".into(),
+        };
+        let qps = vec![(0, Some(later)), (1, Some(first)), (2, None)];
+        let (pe, lost) = first_lost(qps.into_iter()).unwrap();
+        assert_eq!((pe, lost.why.as_str()), (1, "PE 1 was killed"));
+        assert!(first_lost(vec![(0, None), (1, None)].into_iter()).is_none());
+    }
 
     #[repr(C, align(4096))]
     struct Arena([u8; 3 * 65536]);
