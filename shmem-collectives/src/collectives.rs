@@ -24,6 +24,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use shmem_core::wait::Span;
 use shmem_core::{
     wire, Cmp, Element, Error, PeId, Result, Runtime, SignalOp, SymBuf, SymRef, SymSlice,
 };
@@ -184,11 +185,27 @@ pub struct Collectives {
     /// that all members sleep on, woken by one system call, and large
     /// broadcasts and reductions read peers' memory directly.
     pub(crate) all_mapped: bool,
+    /// Per world PE: its heap as mapped here when this PE reaches it by
+    /// load and store ([`Runtime::load_store_base`]; this PE's own too).
+    /// Handshake words of such PEs are stored and polled directly.
+    direct: Vec<Option<MappedHeap>>,
     /// Bit `s` set: slot `s` is free on this PE.
     free_slots: Mutex<u64>,
     world: Team,
     shared: Team,
 }
+
+/// The start of a heap that the runtime mapped here (see
+/// [`Runtime::load_store_base`]).
+#[derive(Debug, Clone, Copy)]
+struct MappedHeap(std::ptr::NonNull<u8>);
+
+// SAFETY: only an address. It is dereferenced through the `Collectives`
+// that holds it, whose runtime keeps the mapping for its own life, and only
+// for atomics on handshake words and for bytes the protocols own.
+unsafe impl Send for MappedHeap {}
+// SAFETY: as above.
+unsafe impl Sync for MappedHeap {}
 
 impl std::fmt::Debug for Collectives {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -342,12 +359,7 @@ impl Call<'_> {
                 let (mut round, mut dist) = (0, 1);
                 while dist < n {
                     let w = self.word(self.coll.layout.entry(parity, round));
-                    self.rt.signal_op(
-                        w,
-                        tag | state as u64,
-                        SignalOp::Set,
-                        self.pe((me + dist) % n),
-                    )?;
+                    self.set_word(self.pe((me + dist) % n), w, tag | state as u64)?;
                     if self.wait_tagged(w, tag)? != state {
                         state = MISMATCH;
                     }
@@ -368,8 +380,7 @@ impl Call<'_> {
                 let release = self.word(self.coll.layout.release());
                 if me != 0 {
                     let w = self.word(self.coll.layout.linear(me));
-                    self.rt
-                        .signal_op(w, tag | value as u64, SignalOp::Set, self.pe(0))?;
+                    self.set_word(self.pe(0), w, tag | value as u64)?;
                     if shared_release {
                         return self.wait_tagged_on(self.pe(0), release, tag);
                     }
@@ -378,16 +389,10 @@ impl Call<'_> {
                 let state = self.gather_arrivals(tag, value)?;
                 if shared_release {
                     // One store here; every member sleeps on this word.
-                    self.rt
-                        .signal_op(release, tag | state as u64, SignalOp::Set, self.pe(0))?;
+                    self.set_word(self.pe(0), release, tag | state as u64)?;
                 } else {
                     for j in 1..n {
-                        self.rt.signal_op(
-                            release,
-                            tag | state as u64,
-                            SignalOp::Set,
-                            self.pe(j),
-                        )?;
+                        self.set_word(self.pe(j), release, tag | state as u64)?;
                     }
                 }
                 Ok(state)
@@ -419,10 +424,11 @@ impl Call<'_> {
     /// used again two handshakes later, after every PE saw that release.
     pub(crate) fn count_arrival(&self, seq: u64, value: u32) -> Result<(u32, bool)> {
         let root = self.pe(0);
-        let word = self.mapped_word(
-            root,
-            self.word(self.coll.layout.counter((seq & 1) as usize)),
-        )?;
+        let counter = self.word(self.coll.layout.counter((seq & 1) as usize));
+        let word = match self.direct_word(root, counter) {
+            Some(word) => word,
+            None => self.mapped_word(root, counter)?,
+        };
         let n = self.n as u64;
         let mut old = word.load(Ordering::Acquire);
         loop {
@@ -448,8 +454,7 @@ impl Call<'_> {
     /// agreed `state` (one word on team PE 0 that they all watch).
     pub(crate) fn release_counted(&self, tag: u64, state: u32) -> Result<()> {
         let release = self.word(self.coll.layout.release());
-        self.rt
-            .signal_op(release, tag | state as u64, SignalOp::Set, self.pe(0))
+        self.set_word(self.pe(0), release, tag | state as u64)
     }
 
     /// Team PE 0 of a linear handshake: waits for every member's arrival
@@ -545,10 +550,91 @@ impl Call<'_> {
         Ok(())
     }
 
+    /// World PE `pe`'s heap as mapped here, when this PE reaches it by
+    /// load and store.
+    #[inline]
+    fn direct_base(&self, pe: PeId) -> Option<*mut u8> {
+        Some(self.coll.direct.get(pe).copied().flatten()?.0.as_ptr())
+    }
+
+    /// Word `w` of world PE `pe`, when this PE reaches `pe` by load and
+    /// store and `w` is a word of the collectives' signal pool (which every
+    /// handshake word is); `None` otherwise.
+    #[inline]
+    pub(crate) fn direct_word(&self, pe: PeId, w: SymRef<u64>) -> Option<&AtomicU64> {
+        let base = self.direct_base(pe)?;
+        if !self.coll.in_pool(w) {
+            return None;
+        }
+        // SAFETY: a word of the signal pool is inside every heap and
+        // 8-aligned (the pool is 64-aligned), and only accessed atomically;
+        // the heap stays mapped for the runtime's life, which outlives
+        // `self`.
+        Some(unsafe { AtomicU64::from_ptr(base.add(w.offset()).cast()) })
+    }
+
+    /// Sets handshake word `w` on world PE `pe` to `value`, as
+    /// [`Runtime::signal_op`] does (see [`Call::put_and_set`]).
+    #[inline]
+    pub(crate) fn set_word(&self, pe: PeId, w: SymRef<u64>, value: u64) -> Result<()> {
+        self.put_and_set(pe, None, w, value)
+    }
+
+    /// Puts `data` (bytes, and where they go) on world PE `pe`, then sets
+    /// handshake word `w` there to `value`: [`Runtime::put_signal`] with
+    /// [`SignalOp::Set`], or [`Runtime::signal_op`] without data. When this
+    /// PE reaches `pe` by load and store (the runtime would do the same
+    /// stores inline), it stores directly, without the checks and the
+    /// route lookup that the runtime makes on every call.
+    pub(crate) fn put_and_set(
+        &self,
+        pe: PeId,
+        data: Option<(SymSlice<u8>, &[u8])>,
+        w: SymRef<u64>,
+        value: u64,
+    ) -> Result<()> {
+        let base = match self.direct_base(pe) {
+            Some(base) if self.coll.in_pool(w) => base,
+            _ => {
+                return match data {
+                    Some((dst, bytes)) => {
+                        self.rt.put_signal(dst, bytes, w, value, SignalOp::Set, pe)
+                    }
+                    None => self.rt.signal_op(w, value, SignalOp::Set, pe),
+                }
+            }
+        };
+        self.rt.live_for(pe)?;
+        let mut span = Span::bytes(0, 0);
+        if let Some((dst, bytes)) = data {
+            if bytes.len() > dst.len() {
+                return Err(Error::invalid(
+                    "data",
+                    format!("{} bytes do not fit {} bytes", bytes.len(), dst.len()),
+                ));
+            }
+            self.rt.check_range(dst.offset(), bytes.len())?;
+            // SAFETY: inside `pe`'s heap (checked), mapped for the
+            // runtime's life; the protocols that call this own those bytes
+            // until the signal below.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(dst.offset()), bytes.len())
+            };
+            span = Span::bytes(dst.offset(), bytes.len());
+        }
+        // SAFETY: `base` is `pe`'s mapped heap and `w` a word of the signal
+        // pool (in range, 8-aligned).
+        unsafe { shmem_core::loadstore::signal(base, w.offset(), SignalOp::Set, value, span) };
+        Ok(())
+    }
+
     /// Waits until `w` on world PE `pe` (mapped here) carries `tag` in its
     /// upper half; returns the lower half.
     pub(crate) fn wait_tagged_on(&self, pe: PeId, w: SymRef<u64>, tag: u64) -> Result<u32> {
-        let word = self.mapped_word(pe, w)?;
+        let word = match self.direct_word(pe, w) {
+            Some(word) => word,
+            None => self.mapped_word(pe, w)?,
+        };
         let mut got = 0u64;
         self.rt.wait_on_pe(pe, w.offset(), 8, || {
             got = word.load(Ordering::Acquire);
@@ -561,6 +647,13 @@ impl Call<'_> {
     /// lower half.
     pub(crate) fn wait_tagged(&self, w: SymRef<u64>, tag: u64) -> Result<u32> {
         let mut got = 0u64;
+        if let Some(word) = self.direct_word(self.rt.my_pe(), w) {
+            self.rt.wait_on(w.offset(), 8, || {
+                got = word.load(Ordering::Acquire);
+                got & !0xFFFF_FFFF == tag
+            })?;
+            return Ok(got as u32);
+        }
         let mut failed = None;
         self.rt
             .wait_on(w.offset(), 8, || match self.rt.signal_fetch(w) {
@@ -687,6 +780,9 @@ impl Collectives {
         } else {
             (1u64 << opts.max_teams) - 1
         };
+        let direct = (0..n)
+            .map(|pe| rt.load_store_base(pe).map(MappedHeap))
+            .collect();
         Ok(Arc::new(Collectives {
             rt,
             id,
@@ -699,6 +795,7 @@ impl Collectives {
             max_teams: opts.max_teams,
             oversubscribed,
             all_mapped,
+            direct,
             free_slots: Mutex::new(all & !0b11),
             world,
             shared,
@@ -738,6 +835,34 @@ impl Collectives {
     #[track_caller]
     pub(crate) fn world_ref(&self) -> &Team {
         &self.world
+    }
+
+    /// Whether the handshake on `team` makes its first access to shared
+    /// memory with a sequentially consistent store or read-modify-write
+    /// of this thread's (a counted arrival, or a signal to a PE reached by
+    /// load and store), which fences as `quiet`'s own fence would.
+    fn opens_with_seqcst_store(&self, team: &Team) -> bool {
+        let (me, n) = (team.my_pe(), team.n_pes());
+        if n < 2 {
+            return false;
+        }
+        let first = match self.algorithms.barrier_for(self.oversubscribed) {
+            BarrierAlgorithm::Dissemination => team.inner.members[(me + 1) % n],
+            BarrierAlgorithm::Linear if self.all_mapped => return true,
+            // Team PE 0 reads the arrivals first.
+            BarrierAlgorithm::Linear if me == 0 => return false,
+            BarrierAlgorithm::Linear => team.inner.members[0],
+        };
+        self.direct.get(first).copied().flatten().is_some()
+    }
+
+    /// Whether `w` is a word of the signal pool.
+    #[inline]
+    fn in_pool(&self, w: SymRef<u64>) -> bool {
+        let start = self.signals.offset();
+        w.offset() >= start
+            && w.offset() < start + self.signals.len() * 8
+            && w.offset().is_multiple_of(8)
     }
 
     #[track_caller]
@@ -939,7 +1064,11 @@ impl Collectives {
     /// [`Collectives::sync`].
     #[track_caller]
     pub fn barrier(&self, team: &Team) -> Result<()> {
-        self.rt.quiet()?;
+        if self.opens_with_seqcst_store(team) {
+            self.rt.quiet_before_seqcst()?;
+        } else {
+            self.rt.quiet()?;
+        }
         self.begin(team, "barrier", Desc::new("sync"), Ok(()), &|| {
             "no arguments".into()
         })

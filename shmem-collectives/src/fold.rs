@@ -36,7 +36,7 @@
 
 use smallvec::SmallVec;
 
-use shmem_core::{Result, SignalOp, SymSlice};
+use shmem_core::{Result, SymSlice};
 
 use crate::algorithm::BarrierAlgorithm;
 use crate::collectives::{Call, BAD_ARGS, MISMATCH};
@@ -177,13 +177,11 @@ impl Call<'_> {
                 self.fold_area().slice(parity * HALF..parity * HALF + len)
             }
         };
-        self.rt.put_signal(
-            slot(mine.len())?,
-            mine,
+        self.put_and_set(
+            self.pe(1 - me),
+            Some((slot(mine.len())?, mine)),
             w,
             tag | value as u64,
-            SignalOp::Set,
-            self.pe(1 - me),
         )?;
         let got = self.wait_tagged(w, tag)?;
         if got != value {
@@ -284,13 +282,11 @@ impl Call<'_> {
         let release = self.word(self.coll.layout.release());
         if me != 0 {
             let w = self.word(self.coll.layout.linear(me));
-            self.rt.put_signal(
-                area.slice(me * b..me * b + mine.len())?,
-                mine,
+            self.put_and_set(
+                self.pe(0),
+                Some((area.slice(me * b..me * b + mine.len())?, mine)),
                 w,
                 tag | value as u64,
-                SignalOp::Set,
-                self.pe(0),
             )?;
             let root = self.pe(0);
             let state = if self.coll.all_mapped {
@@ -337,12 +333,10 @@ impl Call<'_> {
         let signal = tag | state as u64;
         if self.coll.all_mapped {
             self.rt.write_local(result, &out)?;
-            self.rt
-                .signal_op(release, signal, SignalOp::Set, self.pe(0))?;
+            self.set_word(self.pe(0), release, signal)?;
         } else {
             for j in 1..n {
-                self.rt
-                    .put_signal(result, &out, release, signal, SignalOp::Set, self.pe(j))?;
+                self.put_and_set(self.pe(j), Some((result, &out)), release, signal)?;
             }
         }
         match failed {

@@ -62,7 +62,7 @@
 //! member waiting on a named root) also treats any newer tag on that PE's
 //! words as "it moved past this publish without taking part as expected".
 
-use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SignalOp, SymSlice};
+use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
 use crate::collectives::{local_copy, Call, Desc, BAD_ARGS};
 use crate::{Collectives, Team};
@@ -170,7 +170,7 @@ impl Collectives {
             }
             // Data before the word (a release store): members that see the
             // tag see the data.
-            rt.signal_op(line, tag_of(seq) | value as u64, SignalOp::Set, me_pe)?;
+            call.set_word(me_pe, line, tag_of(seq) | value as u64)?;
             // The root fills its own dest after publishing, while the
             // members copy (from the buffer, or from `source`, which is
             // `dest` itself or disjoint from it): the copies overlap.
@@ -201,7 +201,7 @@ impl Collectives {
             Err(_) => BAD_ARGS,
         };
         let entered = call.word(self.layout.push_entered(parity));
-        rt.signal_op(entered, tag_of(seq) | value as u64, SignalOp::Set, me_pe)?;
+        call.set_word(me_pe, entered, tag_of(seq) | value as u64)?;
         if root >= call.n {
             // `local` says so: no PE is the root.
             return local;
@@ -214,7 +214,7 @@ impl Collectives {
         let found = wait_for_root(&call, root_pe, parity, seq)?;
         if let Err(e) = local {
             // The root (if it is one) waits for every receipt.
-            rt.signal_op(slot, tag_of(seq) | BAD_ARGS as u64, SignalOp::Set, root_pe)?;
+            call.set_word(root_pe, slot, tag_of(seq) | BAD_ARGS as u64)?;
             return Err(e);
         }
         let copied = match found {
@@ -236,7 +236,7 @@ impl Collectives {
             _ => Ok(()),
         };
         let receipt = if copied.is_ok() { value } else { BAD_ARGS };
-        rt.signal_op(slot, tag_of(seq) | receipt as u64, SignalOp::Set, root_pe)?;
+        call.set_word(root_pe, slot, tag_of(seq) | receipt as u64)?;
         copied?;
         match found {
             Found::Published(v) if v == value => late.map_or(Ok(()), Err),

@@ -218,14 +218,32 @@ impl Runtime {
         Ok(())
     }
 
-    /// Like `live`, and fails naming `pe` once the control plane has
-    /// reported it dead (one relaxed load while all is well).
+    /// The check every operation on `pe` starts with: fails after
+    /// finalize, and naming `pe` once the control plane has reported it
+    /// dead (one relaxed load while all is well).
+    ///
+    /// # Errors
+    /// [`Error::NotInitialized`] after finalize; [`Error::PeerExited`] once
+    /// `pe` is known dead.
     #[inline]
-    fn live_for(&self, pe: PeId) -> Result<()> {
+    pub fn live_for(&self, pe: PeId) -> Result<()> {
         if self.health.word() != 0 {
             self.health.check(Some(pe))?;
         }
         Ok(())
+    }
+
+    /// Where `pe`'s heap is mapped here when blocking operations on `pe`
+    /// are this PE's own loads and stores (the engine of its route declares
+    /// [`crate::Capabilities::LOAD_STORE`], and the runtime does them
+    /// inline), else `None`; `pe` may be this PE. Decided once at init.
+    /// For protocols that update and poll the same words on every call
+    /// (the collectives' handshakes) and would otherwise pay the checks
+    /// and the route on each: they store through [`crate::loadstore`] as
+    /// the runtime itself would. The mapping lives as long as the runtime.
+    #[inline]
+    pub fn load_store_base(&self, pe: PeId) -> Option<NonNull<u8>> {
+        self.direct(pe)
     }
 
     /// What this PE is blocked in, for the hang report (collectives record
