@@ -1,9 +1,10 @@
 //! Alltoall: block `j` of PE `i`'s source becomes block `i` of PE `j`'s
 //! dest. Every block is one put with a signal into its final place.
 
-use shmem_core::{Element, Error, Result, SymSlice};
+use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
 use crate::collectives::{byte_len, check_disjoint, check_sym, local_copy, mul, Call, Desc};
+use crate::fold::{Contrib, FoldPlan};
 use crate::{AlltoallAlgorithm, Collectives, Team};
 
 /// Sends one block per peer with `send(call, to)` in the order the
@@ -69,12 +70,70 @@ impl Collectives {
             .with(nelems as u64)
             .with(algo as u64);
         let describe = || format!("{nelems} x {}", std::any::type_name::<T>());
+        let block = |i: usize| i * nelems..(i + 1) * nelems;
+        let bytes = nelems.saturating_mul(std::mem::size_of::<T>());
+        let plan = match self.algorithms.alltoall {
+            None => Call::fold_plan(self, n, bytes, bytes.saturating_mul(n)),
+            Some(_) => None,
+        };
+        if plan == Some(FoldPlan::Pair) {
+            // Two PEs: the block for the other PE rides on the handshake
+            // (a gather at team PE 0 would give every PE the same result;
+            // here each gets its own).
+            let me = team.my_pe();
+            let src: &[T] = match &local {
+                // SAFETY: this PE's own source, in the heap (checked); a
+                // collective's source is not written during the call.
+                Ok(()) => unsafe { rt.local_slice(source.slice(..n * nelems)?)? },
+                Err(_) => &[],
+            };
+            let mine = src.get(block(1 - me)).map_or(&[][..], as_bytes);
+            let finish = |parts: &[&[u8]], out: &mut [u8]| -> Result<()> {
+                // Called only with this PE's valid arguments (src holds
+                // both blocks) and the peer's block of the agreed size.
+                let own = src
+                    .get(block(me))
+                    .ok_or_else(|| Error::invalid("source", "holds no block for this PE"))?;
+                let (first, second) = out.split_at_mut(bytes);
+                let (to_me, to_other) = if me == 0 {
+                    (first, second)
+                } else {
+                    (second, first)
+                };
+                to_me.copy_from_slice(as_bytes(own));
+                to_other.copy_from_slice(parts[1 - me]);
+                Ok(())
+            };
+            let contrib = Contrib {
+                mine,
+                each: bytes,
+                only: None,
+            };
+            let out = self.begin_folded(
+                FoldPlan::Pair,
+                team,
+                "alltoall",
+                desc,
+                local,
+                &describe,
+                contrib,
+                bytes * n,
+                &finish,
+            )?;
+            if nelems == 0 {
+                return Ok(());
+            }
+            // SAFETY: this PE's own dest, in the heap (checked); no other PE
+            // writes it during a folded alltoall.
+            let d = unsafe { rt.local_slice_mut(dest.slice(..n * nelems)?)? };
+            as_bytes_mut(d).copy_from_slice(&out);
+            return Ok(());
+        }
         let mut call = self.begin(team, "alltoall", desc, local, &describe)?;
         if nelems == 0 {
             return Ok(());
         }
         let me = call.me;
-        let block = |i: usize| i * nelems..(i + 1) * nelems;
         local_copy(rt, dest.slice(block(me))?, source.slice(block(me))?)?;
         // SAFETY: source is never a target of this call.
         let src = unsafe { rt.local_slice(source.slice(..n * nelems)?)? };

@@ -87,11 +87,18 @@ fn after(word: u64, seq: u64) -> bool {
 /// words), read to see whether it has moved past a publish.
 fn words_of<'c>(call: &'c Call<'_>, pe: usize) -> Result<[&'c std::sync::atomic::AtomicU64; 4]> {
     let l = &call.coll.layout;
+    let word = |w: usize| {
+        let w = call.word(w);
+        match call.direct_word(pe, w) {
+            Some(word) => Ok(word),
+            None => call.mapped_word(pe, w),
+        }
+    };
     Ok([
-        call.mapped_word(pe, call.word(l.push_line(0)))?,
-        call.mapped_word(pe, call.word(l.push_line(1)))?,
-        call.mapped_word(pe, call.word(l.push_entered(0)))?,
-        call.mapped_word(pe, call.word(l.push_entered(1)))?,
+        word(l.push_line(0))?,
+        word(l.push_line(1))?,
+        word(l.push_entered(0))?,
+        word(l.push_entered(1))?,
     ])
 }
 

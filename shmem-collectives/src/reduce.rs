@@ -154,6 +154,21 @@ fn ring_allreduce<T: Reducible>(
     Ok(())
 }
 
+/// `bytes` as elements of `T`, when they are aligned for `T` and a whole
+/// number of them.
+fn typed<T: Element>(bytes: &[u8]) -> Option<&[T]> {
+    let size = std::mem::size_of::<T>();
+    if size == 0
+        || !bytes.len().is_multiple_of(size)
+        || !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+    {
+        return None;
+    }
+    // SAFETY: aligned and sized for `len / size` elements (checked); every
+    // bit pattern is a valid `T` (`Element`), and the slice borrows `bytes`.
+    Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) })
+}
+
 impl Collectives {
     /// Reduces `nreduce` elements of `source` across `team` with `op`; every
     /// member gets the result in `dest` (which may be `source` itself).
@@ -232,11 +247,27 @@ impl Collectives {
             };
             let finish = |parts: &[&[u8]], out: &mut [u8]| -> Result<()> {
                 let mut res: SmallVec<[T; 8]> = SmallVec::from_elem(T::identity(op), nreduce);
-                as_bytes_mut(&mut res).copy_from_slice(parts[0]);
-                let mut next = res.clone();
-                for p in &parts[1..] {
-                    as_bytes_mut(&mut next).copy_from_slice(p);
-                    T::combine(op, &mut res, &next)?;
+                match parts {
+                    // Two PEs: one pass over both operands, read in place
+                    // when they are aligned for `T` (they are: a source
+                    // of `T`s and a slot at a word boundary).
+                    [a, b] => match (typed::<T>(a), typed::<T>(b)) {
+                        (Some(a), Some(b)) => T::combine_into(op, &mut res, a, b)?,
+                        _ => {
+                            let mut next = res.clone();
+                            as_bytes_mut(&mut res).copy_from_slice(a);
+                            as_bytes_mut(&mut next).copy_from_slice(b);
+                            T::combine(op, &mut res, &next)?;
+                        }
+                    },
+                    _ => {
+                        as_bytes_mut(&mut res).copy_from_slice(parts[0]);
+                        let mut next = res.clone();
+                        for p in &parts[1..] {
+                            as_bytes_mut(&mut next).copy_from_slice(p);
+                            T::combine(op, &mut res, &next)?;
+                        }
+                    }
                 }
                 out.copy_from_slice(as_bytes(&res));
                 Ok(())

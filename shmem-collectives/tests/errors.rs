@@ -140,6 +140,44 @@ fn different_counts_fail_everywhere() {
 }
 
 #[test]
+fn alltoalls_with_different_counts_or_a_short_buffer_fail_everywhere() {
+    // At two PEs a small alltoall rides on the handshake; a count too big
+    // to ride there on one PE (3200 bytes per block) and not on the other
+    // still meets it on the same words.
+    for (c0, c1) in [(2, 3), (2, 400)] {
+        let out = after_recovery(2, move |rt, coll| {
+            let d = rt.malloc::<u64>(1024)?;
+            let s = rt.malloc::<u64>(1024)?;
+            let count = if rt.my_pe() == 0 { c0 } else { c1 };
+            coll.alltoall(&coll.world(), d.as_sym(), s.as_sym(), count)
+        });
+        assert!(
+            out.iter().all(|r| r.as_ref().is_err_and(is_mismatch)),
+            "{c0} and {c1}: {out:?}"
+        );
+    }
+    let out = after_recovery(2, |rt, coll| {
+        let d = rt.malloc::<u32>(4)?;
+        let s = rt.malloc::<u32>(4)?;
+        rt.write_local(&d, &[9; 4])?;
+        let dest = if rt.my_pe() == 1 {
+            d.slice(..3)?
+        } else {
+            d.as_sym()
+        };
+        let r = coll.alltoall(&coll.world(), dest, s.as_sym(), 2);
+        // Neither dest was written.
+        assert_eq!(rt.read_local(&d)?, vec![9; 4]);
+        r
+    });
+    assert!(
+        matches!(&out[1], Err(Error::InvalidArgument { arg: "dest", .. })),
+        "{out:?}"
+    );
+    assert!(out[0].as_ref().is_err_and(is_mismatch), "{out:?}");
+}
+
+#[test]
 fn different_collectives_fail_everywhere() {
     let out = after_recovery(3, |rt, coll| {
         let d = rt.malloc::<u64>(3)?;

@@ -52,6 +52,8 @@ impl Runtime {
         self.check_range(offset, len)?;
         let base = if pe == self.my_pe {
             Some(self.base)
+        } else if let Some(base) = self.direct(pe) {
+            Some(base)
         } else {
             let t = self.route(pe)?;
             // SAFETY: `route` checked the PE; offset 0 is in every heap.
