@@ -25,9 +25,9 @@ use crate::State;
 const PSYNC_WORDS: usize = 3;
 
 /// What an active set names.
-pub(crate) enum ActiveSet {
+pub(crate) enum ActiveSet<'a> {
     /// Every PE: the world team.
-    All(Team),
+    All(&'a Team),
     /// The calling PE alone: the collective is local.
     OnlyMe,
     /// Another set: its world PEs in set order and the caller's index.
@@ -41,7 +41,7 @@ pub(crate) fn active_set(
     start: c_int,
     log_stride: c_int,
     size: c_int,
-) -> Result<ActiveSet> {
+) -> Result<ActiveSet<'_>> {
     let n = st.rt.n_pes();
     let me = st.rt.my_pe();
     let what =
@@ -61,7 +61,7 @@ pub(crate) fn active_set(
     }
     let stride = 1usize << log_stride;
     if start == 0 && size as usize == n && stride == 1 {
-        return Ok(ActiveSet::All(st.coll.world()));
+        return Ok(ActiveSet::All(st.coll.world_ref()));
     }
     let mut members = Vec::with_capacity(size as usize);
     for i in 0..size as usize {

@@ -79,7 +79,7 @@ export!("shmem_team_get_config", fn(team: TeamHandle, mask: c_long, config: *mut
 export!("shmem_team_translate_pe", fn(src: TeamHandle, pe: c_int, dest: TeamHandle) -> c_int {
     ffi("shmem_team_translate_pe", |st| {
         Ok(match (st.team(src), st.team(dest)) {
-            (Ok(s), Ok(d)) if pe >= 0 => s.translate_pe(pe as usize, &d).map_or(-1, |p| p as c_int),
+            (Ok(s), Ok(d)) if pe >= 0 => s.translate_pe(pe as usize, d).map_or(-1, |p| p as c_int),
             _ => -1,
         })
     })
@@ -93,7 +93,7 @@ export!("shmem_team_split_strided", fn(parent: TeamHandle, start: c_int, stride:
     }
     ffi_status("shmem_team_split_strided", |st| {
         let parent = st.team(parent)?;
-        let t = st.coll.team_split_strided(&parent, arg(start), stride as isize, arg(size), config_of(config, mask))?;
+        let t = st.coll.team_split_strided(parent, arg(start), stride as isize, arg(size), config_of(config, mask))?;
         set_out(new_team, t.map_or(TEAM_INVALID, new_team_handle));
         Ok(())
     })
@@ -109,7 +109,7 @@ export!("shmem_team_split_2d", fn(parent: TeamHandle, xrange: c_int,
     }
     ffi_status("shmem_team_split_2d", |st| {
         let parent = st.team(parent)?;
-        let (x, y) = st.coll.team_split_2d(&parent, arg(xrange), config_of(xconfig, xmask), config_of(yconfig, ymask))?;
+        let (x, y) = st.coll.team_split_2d(parent, arg(xrange), config_of(xconfig, xmask), config_of(yconfig, ymask))?;
         set_out(xteam, new_team_handle(x));
         set_out(yteam, new_team_handle(y));
         Ok(())
@@ -124,7 +124,7 @@ export!("shmem_team_destroy", fn(team: TeamHandle) -> () {
         if t.is_world() || t.is_shared() {
             return Err(Error::invalid("team", "SHMEM_TEAM_WORLD and SHMEM_TEAM_SHARED cannot be destroyed"));
         }
-        st.coll.team_destroy(t)?;
+        st.coll.team_destroy(t.clone())?;
         st.forget_team(team);
         Ok(())
     })
@@ -145,7 +145,7 @@ export!("shmem_team_create_ctx", fn(team: TeamHandle, options: c_long, ctx: *mut
     }
     ffi_status("shmem_team_create_ctx", |st| {
         let t = st.team(team)?;
-        set_out(ctx, new_ctx(Some(t), team, options));
+        set_out(ctx, new_ctx(Some(t.clone()), team, options));
         Ok(())
     })
 });
@@ -184,10 +184,10 @@ export!("shmem_sync_all", fn() -> () {
     ffi("shmem_sync_all", |st| st.coll.sync_all())
 });
 export!("shmem_sync", fn(team: TeamHandle) -> c_int {
-    ffi("shmem_sync", |st| st.coll.sync(&st.team(team)?).map(|_| 0))
+    ffi("shmem_sync", |st| st.coll.sync(st.team(team)?).map(|_| 0))
 });
 export!("shmem_team_sync", fn(team: TeamHandle) -> c_int {
-    ffi("shmem_team_sync", |st| st.coll.sync(&st.team(team)?).map(|_| 0))
+    ffi("shmem_team_sync", |st| st.coll.sync(st.team(team)?).map(|_| 0))
 });
 
 // ----- staging -------------------------------------------------------------------
@@ -322,7 +322,7 @@ fn broadcast_t<T: Element>(
     root: c_int,
 ) -> c_int {
     ffi("shmem_broadcast", |st| {
-        broadcast_w(st, &st.team(team)?, dest, src, n, root).map(|_| 0)
+        broadcast_w(st, st.team(team)?, dest, src, n, root).map(|_| 0)
     })
 }
 
@@ -341,7 +341,7 @@ fn collect_w<T: Element>(
 
 fn collect_t<T: Element>(team: TeamHandle, dest: *mut T, src: *const T, n: usize) -> c_int {
     ffi("shmem_collect", |st| {
-        collect_w(st, &st.team(team)?, dest, src, n).map(|_| 0)
+        collect_w(st, st.team(team)?, dest, src, n).map(|_| 0)
     })
 }
 
@@ -360,7 +360,7 @@ fn fcollect_w<T: Element>(
 
 fn fcollect_t<T: Element>(team: TeamHandle, dest: *mut T, src: *const T, n: usize) -> c_int {
     ffi("shmem_fcollect", |st| {
-        fcollect_w(st, &st.team(team)?, dest, src, n).map(|_| 0)
+        fcollect_w(st, st.team(team)?, dest, src, n).map(|_| 0)
     })
 }
 
@@ -379,7 +379,7 @@ fn alltoall_w<T: Element>(
 
 fn alltoall_t<T: Element>(team: TeamHandle, dest: *mut T, src: *const T, n: usize) -> c_int {
     ffi("shmem_alltoall", |st| {
-        alltoall_w(st, &st.team(team)?, dest, src, n).map(|_| 0)
+        alltoall_w(st, st.team(team)?, dest, src, n).map(|_| 0)
     })
 }
 
@@ -427,7 +427,7 @@ fn alltoalls_t<T: Element>(
     n: usize,
 ) -> c_int {
     ffi("shmem_alltoalls", |st| {
-        alltoalls_w(st, &st.team(team)?, dest, src, dst, sst, n).map(|_| 0)
+        alltoalls_w(st, st.team(team)?, dest, src, dst, sst, n).map(|_| 0)
     })
 }
 
@@ -452,7 +452,7 @@ fn reduce_t<T: Reducible>(
     n: usize,
 ) -> c_int {
     ffi("shmem_reduce", |st| {
-        reduce_w(st, &st.team(team)?, op, dest, src, n).map(|_| 0)
+        reduce_w(st, st.team(team)?, op, dest, src, n).map(|_| 0)
     })
 }
 
@@ -582,7 +582,7 @@ fn only_me_strided<T: Copy>(
 
 export!("shmem_barrier", fn(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) -> () {
     ffi("shmem_barrier", |st| match active_set(st, start, log_stride, size)? {
-        ActiveSet::All(team) => st.coll.barrier(&team),
+        ActiveSet::All(team) => st.coll.barrier(team),
         ActiveSet::OnlyMe => st.rt.quiet(),
         ActiveSet::Members(m, me) => SetCall::new(st, m, me, psync)?.barrier(),
     })
@@ -593,7 +593,7 @@ export!("shmem_barrier", fn(start: c_int, log_stride: c_int, size: c_int, psync:
 // the quiet.
 export!("shmem_sync_deprecated", fn(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) -> () {
     ffi("shmem_sync", |st| match active_set(st, start, log_stride, size)? {
-        ActiveSet::All(team) => st.coll.sync(&team),
+        ActiveSet::All(team) => st.coll.sync(team),
         ActiveSet::OnlyMe => Ok(()),
         ActiveSet::Members(m, me) => SetCall::new(st, m, me, psync)?.sync(),
     })
@@ -645,7 +645,7 @@ fn old_broadcast<T: Element>(
         } else {
             Vec::new()
         };
-        broadcast_w(st, &team, dest, src, n, root)?;
+        broadcast_w(st, team, dest, src, n, root)?;
         if !keep.is_empty() {
             // SAFETY: as above.
             unsafe { std::ptr::copy_nonoverlapping(keep.as_ptr(), dest, n) };

@@ -261,12 +261,12 @@ impl State {
     }
 
     /// The team behind a handle.
-    pub(crate) fn team(&self, team: TeamHandle) -> Result<Team> {
+    pub(crate) fn team(&self, team: TeamHandle) -> Result<&Team> {
         if team == TEAM_WORLD {
-            return Ok(self.coll.world());
+            return Ok(self.coll.world_ref());
         }
         if team == TEAM_SHARED {
-            return Ok(self.coll.shared());
+            return Ok(self.coll.shared_ref());
         }
         if team == TEAM_INVALID {
             return Err(Error::invalid("team", "is SHMEM_TEAM_INVALID"));
@@ -274,7 +274,7 @@ impl State {
         // SAFETY: other handles are leaked `TeamInner` boxes (never freed).
         let t = unsafe { &*(team as *const TeamInner) };
         match t.magic {
-            TEAM_LIVE => Ok(t.team.clone()),
+            TEAM_LIVE => Ok(&t.team),
             DEAD => Err(Error::invalid(
                 "team",
                 "was destroyed with shmem_team_destroy",

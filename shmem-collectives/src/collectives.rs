@@ -832,9 +832,15 @@ impl Collectives {
         self.shared.clone()
     }
 
-    #[track_caller]
-    pub(crate) fn world_ref(&self) -> &Team {
+    /// [`Collectives::world`] borrowed: no handle is cloned (cloning one
+    /// costs two atomic operations, a call's worth of a small collective).
+    pub fn world_ref(&self) -> &Team {
         &self.world
+    }
+
+    /// [`Collectives::shared`] borrowed.
+    pub fn shared_ref(&self) -> &Team {
+        &self.shared
     }
 
     /// Whether the handshake on `team` makes its first access to shared
