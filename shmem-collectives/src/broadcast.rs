@@ -29,8 +29,9 @@ impl Collectives {
     /// [`Error::CollectiveMismatch`] on each member whose call differs from
     /// its root's (nothing is copied), and on a root one of whose members
     /// differed: in the call for a large broadcast, at the root's next call
-    /// on the team for a small one (which, when it opens with a handshake,
-    /// then fails on its other members too).
+    /// on the team for a small one, or at the call after when the next is
+    /// another small broadcast from the same root (the failing call, when
+    /// it opens with a handshake, then fails on its other members too).
     #[track_caller]
     pub fn broadcast<T: Element>(
         &self,

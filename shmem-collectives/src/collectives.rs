@@ -904,6 +904,20 @@ impl Collectives {
     /// [`crate::push`]): a mismatch found there lands in [`Call::late`].
     #[track_caller]
     pub(crate) fn open_call<'a>(&'a self, team: &'a Team, op: &'static str) -> Result<Call<'a>> {
+        self.open_call_keeping(team, op, false)
+    }
+
+    /// [`Collectives::open_call`]; with `keep_newest` (a small broadcast
+    /// this PE publishes as the root), the receipts of its newest pending
+    /// publish stay unchecked until a later call: its buffer is the other
+    /// parity's, so this call need not wait for them (see [`crate::push`]).
+    #[track_caller]
+    pub(crate) fn open_call_keeping<'a>(
+        &'a self,
+        team: &'a Team,
+        op: &'static str,
+        keep_newest: bool,
+    ) -> Result<Call<'a>> {
         self.check_team(team)?;
         let state = team.lock_state();
         let in_call =
@@ -920,8 +934,19 @@ impl Collectives {
             _in_call: in_call,
             late: None,
         };
-        if let Some((seq, value)) = call.state.push_pending.take() {
-            call.late = crate::push::check_receipts(&call, seq, value, true)?.map(Box::new);
+        let kept = if keep_newest {
+            call.state.push_pending.take_newest()
+        } else {
+            None
+        };
+        while let Some((seq, value)) = call.state.push_pending.take_oldest() {
+            let differed = crate::push::check_receipts(&call, seq, value, true)?;
+            if call.late.is_none() {
+                call.late = differed.map(Box::new);
+            }
+        }
+        if let Some((seq, value)) = kept {
+            call.state.push_pending.push(seq, value);
         }
         Ok(call)
     }

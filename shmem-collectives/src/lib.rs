@@ -25,8 +25,9 @@
 //! and copied by the members (a small one's root returns without
 //! waiting); members check the root's fingerprint before they copy
 //! anything, and the root checks their receipts (a small broadcast's at
-//! its next call on the team, which then fails on the root and, when that
-//! call opens with a handshake, on its other members). A PE that calls another
+//! its next call on the team, or the one after when the next is another
+//! small broadcast it roots; that call then fails on the root and, when
+//! it opens with a handshake, on its other members). A PE that calls another
 //! collective meanwhile leaves the others waiting until the hang report
 //! names it.
 //! Algorithms are chosen by team and message size;

@@ -28,20 +28,25 @@
 //! Nobody writes into another PE's `dest`, so a member that is still
 //! reading its `dest` from an earlier call is never overwritten.
 //!
-//! A small broadcast's root checks the receipts when it opens its next
-//! call on the team (of any kind): it waits until every member has
-//! finished, which also frees the parity buffer for its publish after
-//! next, and a receipt with another fingerprint (a member that passed
-//! different arguments) makes that next call fail with
-//! [`shmem_core::Error::CollectiveMismatch`] on the root; when that call
-//! opens with a handshake, the root joins it as a PE with invalid
-//! arguments, so its other members fail too rather than wait. A PE that
-//! named another root, or published the call itself, sends no receipt:
-//! the root reads that PE's own words instead (seen at its next poll,
-//! since they do not ring it). A mismatch is thus reported on every PE
-//! whose call differed from its root's, and on the root (one call late
-//! for a small broadcast, in the call for a large one); a member never
-//! copies data from a call that differs from its own. A PE that calls a
+//! A small broadcast's root checks the receipts when it opens a later
+//! call on the team: its next call of any other kind, or, when it
+//! publishes the next small broadcast itself, the one after (that
+//! publish uses the other parity's buffer, so the root needs only the
+//! receipts of the publish before, and a loop of broadcasts from one root
+//! pays one line transfer per call instead of the receipt's round trip).
+//! The check waits until every member has finished, which also frees the
+//! parity buffer for the publish two later, and a receipt with another
+//! fingerprint (a member that passed different arguments) makes the
+//! checking call fail with [`shmem_core::Error::CollectiveMismatch`] on
+//! the root; when that call opens with a handshake, the root joins it as
+//! a PE with invalid arguments, so its other members fail too rather
+//! than wait. A PE that named another root, or published the call
+//! itself, sends no receipt: the root reads that PE's own words instead
+//! (seen at its next poll, since they do not ring it). A mismatch is thus
+//! reported on every PE whose call differed from its root's, and on the
+//! root (one or two calls late for a small broadcast, in the call for a
+//! large one); a member never copies data from a call that differs from
+//! its own. A PE that calls a
 //! different collective while the others broadcast leaves them waiting
 //! until the hang report names the diverged PEs (`SHMEM_HANG_REPORT`); a
 //! forced algorithm (`SHMEM_BROADCAST_ALGORITHM`) keeps the handshake,
@@ -132,14 +137,16 @@ impl Collectives {
         describe: &dyn Fn() -> String,
     ) -> Result<()> {
         let rt = &self.rt;
-        let mut call = self.open_call(team, "broadcast")?;
+        let bytes = nelems.saturating_mul(std::mem::size_of::<T>());
+        let small = bytes <= PUSH_MAX;
+        // A root publishing again leaves its newest publish pending: only
+        // the one before it shares this call's buffer.
+        let mut call = self.open_call_keeping(team, "broadcast", small && team.my_pe() == root)?;
         let late = call.late.take().map(|e| *e);
         call.state.published += 1;
         let seq = call.state.published;
         let parity = (seq & 1) as usize;
         let line = call.word(self.layout.push_line(parity));
-        let bytes = nelems.saturating_mul(std::mem::size_of::<T>());
-        let small = bytes <= PUSH_MAX;
         let payload = if bytes <= LINE_PAYLOAD {
             line.offset() + 8
         } else {
@@ -189,7 +196,7 @@ impl Collectives {
                 Ok(())
             };
             let differed = if small {
-                call.state.push_pending = Some((seq, value));
+                call.state.push_pending.push(seq, value);
                 None
             } else {
                 // Members copy from `source`: it must outlive their copies.
@@ -252,6 +259,38 @@ impl Collectives {
     }
 }
 
+/// Small publishes of this PE's whose receipts are still to be checked,
+/// oldest first: at most two (a root publishing again checks all but its
+/// newest, which uses the other parity's buffer, before it publishes).
+#[derive(Debug, Default)]
+pub(crate) struct Pending([Option<(u64, u32)>; 2]);
+
+impl Pending {
+    /// Records publish `seq` (fingerprint `value`) as the newest.
+    pub(crate) fn push(&mut self, seq: u64, value: u32) {
+        let entry = Some((seq, value));
+        if self.0[0].is_none() {
+            self.0[0] = entry;
+        } else {
+            // Never three: every opening takes all but the newest first.
+            debug_assert!(self.0[1].is_none());
+            self.0[1] = entry;
+        }
+    }
+
+    /// The oldest pending publish, removed.
+    pub(crate) fn take_oldest(&mut self) -> Option<(u64, u32)> {
+        let oldest = self.0[0].take();
+        self.0[0] = self.0[1].take();
+        oldest
+    }
+
+    /// The newest pending publish, removed.
+    pub(crate) fn take_newest(&mut self) -> Option<(u64, u32)> {
+        self.0[1].take().or_else(|| self.0[0].take())
+    }
+}
+
 /// A member's wait on the PE it names as the root: until that PE has
 /// published publish `seq` or entered it as a member.
 fn wait_for_root(call: &Call<'_>, root_pe: usize, parity: usize, seq: u64) -> Result<Found> {
@@ -272,10 +311,17 @@ fn wait_for_root(call: &Call<'_>, root_pe: usize, parity: usize, seq: u64) -> Re
                 return true;
             }
             // It entered this publish as a member, or has moved past it
-            // without publishing it (a root cannot: it waits for this PE's
-            // receipt first).
+            // without publishing it. A root may have published the next
+            // publish already (it waits only for the receipts of the one
+            // before this), but not the one after: it published this one
+            // first, so the word read again now shows it.
             if load(member) & !0xFFFF_FFFF == tag || all.iter().any(|a| after(load(a), seq)) {
-                found = Some(Found::NotRoot);
+                let w = load(published);
+                found = Some(if w & !0xFFFF_FFFF == tag {
+                    Found::Published(w as u32)
+                } else {
+                    Found::NotRoot
+                });
                 return true;
             }
             false
@@ -381,8 +427,8 @@ pub(crate) fn check_receipts(
              invalid ones, or named another root{}",
             call.pe(j),
             if later {
-                " (reported at this PE's next call on the team: the root of a small broadcast \
-                 does not wait)"
+                " (reported at a later call of this PE on the team: the root of a small \
+                 broadcast does not wait for its members)"
             } else {
                 ""
             }

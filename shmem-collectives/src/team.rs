@@ -42,10 +42,11 @@ pub(crate) struct TeamState {
     pub(crate) published: u64,
     /// Per source team PE: how many data signals from it were consumed.
     pub(crate) consumed: Vec<u64>,
-    /// The last call was a broadcast this PE published without waiting
-    /// (see [`crate::push`]): its sequence number and fingerprint, checked
-    /// against every member's record when the next call opens.
-    pub(crate) push_pending: Option<(u64, u32)>,
+    /// Small broadcasts this PE published as their root without waiting
+    /// for their receipts (see [`crate::push`]): sequence numbers and
+    /// fingerprints, checked against the members' records when later calls
+    /// open.
+    pub(crate) push_pending: crate::push::Pending,
 }
 
 #[derive(Debug)]
@@ -113,7 +114,7 @@ impl Team {
                     seq: 0,
                     published: 0,
                     consumed: vec![0; n],
-                    push_pending: None,
+                    push_pending: crate::push::Pending::default(),
                 }),
                 destroyed: AtomicBool::new(false),
             }),

@@ -44,6 +44,62 @@ fn barriers_and_broadcasts_alternate_under_the_dissemination_handshake() {
 }
 
 #[test]
+fn back_to_back_broadcasts_from_one_root_deliver_every_value() {
+    // The root checks a publish's receipts only after its next publish
+    // (the buffers alternate), so it may run a call ahead of its members.
+    for (n, dissemination, count) in [(2, true, 1), (2, true, 64), (3, false, 1), (4, true, 7)] {
+        let out = common::run(n, cfg(dissemination), move |rt, coll| -> Result<()> {
+            let d = rt.malloc::<u64>(count)?;
+            let s = rt.malloc::<u64>(count)?;
+            let me = rt.my_pe() as u64;
+            let root = rt.n_pes() - 1;
+            for i in 0..4000u64 {
+                rt.write_local(&s, &vec![i * 1000 + me; count])?;
+                coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), count, root)?;
+                assert_eq!(rt.read_local(&d)?, vec![i * 1000 + root as u64; count]);
+            }
+            coll.barrier_all()
+        });
+        assert!(out.iter().all(|r| r.is_ok()), "{n} PEs x {count}: {out:?}");
+    }
+}
+
+#[test]
+fn a_root_broadcasting_again_reports_a_members_mismatch_two_calls_late() {
+    // Call 3 of 8 from root 0: PE 1 passes another count and fails at once.
+    // Root 0's call 4 is another small publish, which waits only for the
+    // receipts of call 2; call 5 checks call 3's, fails on the root and,
+    // published with "invalid arguments", on every member. Then all agree
+    // again.
+    for n in [2, 3] {
+        let out = common::run(n, cfg(true), |rt, coll| -> Result<Vec<bool>> {
+            let d = rt.malloc::<u64>(4)?;
+            let s = rt.malloc::<u64>(4)?;
+            let me = rt.my_pe();
+            let mut oks = vec![];
+            for k in 0..8u64 {
+                rt.write_local(&s, &[k; 4])?;
+                let count = if k == 3 && me == 1 { 2 } else { 1 };
+                let r = coll.broadcast(&coll.world(), d.as_sym(), s.as_sym(), count, 0);
+                if r.is_ok() {
+                    assert_eq!(rt.read_local(&d)?[0], k, "PE {me}, call {k}");
+                }
+                oks.push(r.is_ok());
+            }
+            coll.barrier_all()?;
+            Ok(oks)
+        });
+        let out: Vec<Vec<bool>> = out.into_iter().map(|r| r.unwrap()).collect();
+        for (pe, oks) in out.iter().enumerate() {
+            for (k, ok) in oks.iter().enumerate() {
+                let want = !(k == 5 || (k == 3 && pe == 1));
+                assert_eq!(*ok, want, "{n} PEs: PE {pe}, call {k}: {out:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn back_to_back_broadcasts_from_rotating_roots_deliver_every_value() {
     for (n, count) in [(3, 1), (4, 300), (8, 1), (3, 5000)] {
         let out = common::run(n, cfg(false), move |rt, coll| -> Result<()> {
