@@ -4,7 +4,7 @@
 use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
 use crate::collectives::{byte_len, check_disjoint, check_sym, local_copy, mul, Call, Desc};
-use crate::fold::{Contrib, FoldPlan};
+use crate::fold::{Contrib, FoldBuf, FoldPlan};
 use crate::{AlltoallAlgorithm, Collectives, Team};
 
 /// Sends one block per peer with `send(call, to)` in the order the
@@ -109,7 +109,8 @@ impl Collectives {
                 each: bytes,
                 only: None,
             };
-            let out = self.begin_folded(
+            let mut out = FoldBuf::new();
+            self.begin_folded(
                 FoldPlan::Pair,
                 team,
                 "alltoall",
@@ -119,6 +120,7 @@ impl Collectives {
                 contrib,
                 bytes * n,
                 &finish,
+                &mut out,
             )?;
             if nelems == 0 {
                 return Ok(());

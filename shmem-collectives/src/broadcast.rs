@@ -4,7 +4,7 @@
 use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
 use crate::collectives::{byte_len, check_disjoint, check_sym, local_copy, Call, Desc};
-use crate::fold::Contrib;
+use crate::fold::{Contrib, FoldBuf};
 use crate::{BroadcastAlgorithm, Collectives, Team};
 
 impl Collectives {
@@ -95,7 +95,8 @@ impl Collectives {
                 each: bytes,
                 only: Some(root),
             };
-            let out = self.begin_folded(
+            let mut out = FoldBuf::new();
+            self.begin_folded(
                 plan,
                 team,
                 "broadcast",
@@ -105,6 +106,7 @@ impl Collectives {
                 contrib,
                 bytes,
                 &finish,
+                &mut out,
             )?;
             if nelems == 0 {
                 return Ok(());

@@ -967,6 +967,21 @@ impl Collectives {
         shared: bool,
     ) -> Result<Call<'a>> {
         let mut call = self.open_call(team, op)?;
+        self.handshake_in(&mut call, op, desc, local, describe, shared)?;
+        Ok(call)
+    }
+
+    /// The opening handshake of the open `call` (see
+    /// [`Collectives::begin`]).
+    fn handshake_in(
+        &self,
+        call: &mut Call<'_>,
+        op: &'static str,
+        desc: Desc,
+        local: Result<()>,
+        describe: &dyn Fn() -> String,
+        shared: bool,
+    ) -> Result<()> {
         let local = call.with_late(local);
         let mine = match local {
             Ok(()) => desc.value(),
@@ -975,9 +990,25 @@ impl Collectives {
         let agreed = call.handshake(mine, shared)?;
         local?;
         if agreed != mine {
-            return Err(self.mismatch(op, &call, describe));
+            return Err(self.mismatch(op, call, describe));
         }
-        Ok(call)
+        Ok(())
+    }
+
+    /// A call that is only its handshake (`sync`, `barrier`): the call is
+    /// not moved out to the caller (moving it cost a barrier more than its
+    /// own bookkeeping).
+    #[track_caller]
+    fn handshake_only(&self, team: &Team, op: &'static str) -> Result<()> {
+        let mut call = self.open_call(team, op)?;
+        self.handshake_in(
+            &mut call,
+            op,
+            Desc::new("sync"),
+            Ok(()),
+            &|| "no arguments".into(),
+            self.all_mapped,
+        )
     }
 
     /// [`Collectives::begin`] for a small collective whose data rides on
@@ -999,11 +1030,14 @@ impl Collectives {
         contrib: crate::fold::Contrib<'_>,
         result_len: usize,
         finish: crate::fold::Finish<'_>,
-    ) -> Result<crate::fold::FoldBuf> {
-        self.begin_folded_call(
-            plan, team, op, desc, local, describe, contrib, result_len, finish,
+        out: &mut crate::fold::FoldBuf,
+    ) -> Result<()> {
+        // Neither the call nor the result is moved out: moving them cost a
+        // small collective more than its own bookkeeping.
+        let mut call = self.open_call(team, op)?;
+        self.fold_in(
+            &mut call, plan, op, desc, local, describe, contrib, result_len, finish, out,
         )
-        .map(|(_, out)| out)
     }
 
     /// [`Collectives::begin_folded`] that also returns the open call, for a
@@ -1024,17 +1058,40 @@ impl Collectives {
         finish: crate::fold::Finish<'_>,
     ) -> Result<(Call<'a>, crate::fold::FoldBuf)> {
         let mut call = self.open_call(team, op)?;
+        let mut out = crate::fold::FoldBuf::new();
+        self.fold_in(
+            &mut call, plan, op, desc, local, describe, contrib, result_len, finish, &mut out,
+        )?;
+        Ok((call, out))
+    }
+
+    /// The folded handshake of the open `call` (see
+    /// [`Collectives::begin_folded`]).
+    #[allow(clippy::too_many_arguments)]
+    fn fold_in(
+        &self,
+        call: &mut Call<'_>,
+        plan: crate::fold::FoldPlan,
+        op: &'static str,
+        desc: Desc,
+        local: Result<()>,
+        describe: &dyn Fn() -> String,
+        contrib: crate::fold::Contrib<'_>,
+        result_len: usize,
+        finish: crate::fold::Finish<'_>,
+        out: &mut crate::fold::FoldBuf,
+    ) -> Result<()> {
         let local = call.with_late(local);
         let value = match local {
             Ok(()) => desc.value(),
             Err(_) => BAD_ARGS,
         };
-        let (agreed, out) = call.fold_handshake(plan, value, contrib, result_len, finish)?;
+        let agreed = call.fold_handshake(plan, value, contrib, result_len, finish, out)?;
         local?;
         if agreed != value {
-            return Err(self.mismatch(op, &call, describe));
+            return Err(self.mismatch(op, call, describe));
         }
-        Ok((call, out))
+        Ok(())
     }
 
     #[track_caller]
@@ -1081,10 +1138,7 @@ impl Collectives {
     /// team, a member in another collective, a dead PE, a timeout.
     #[track_caller]
     pub fn sync(&self, team: &Team) -> Result<()> {
-        self.begin(team, "sync", Desc::new("sync"), Ok(()), &|| {
-            "no arguments".into()
-        })
-        .map(|_| ())
+        self.handshake_only(team, "sync")
     }
 
     /// Completes this PE's outstanding puts and AMOs ([`Runtime::quiet`]),
@@ -1100,10 +1154,7 @@ impl Collectives {
         } else {
             self.rt.quiet()?;
         }
-        self.begin(team, "barrier", Desc::new("sync"), Ok(()), &|| {
-            "no arguments".into()
-        })
-        .map(|_| ())
+        self.handshake_only(team, "barrier")
     }
 
     /// [`Collectives::barrier`] over all PEs.

@@ -138,22 +138,29 @@ impl Call<'_> {
         contrib: Contrib<'_>,
         result_len: usize,
         finish: Finish<'_>,
-    ) -> Result<(u32, FoldBuf)> {
+        out: &mut FoldBuf,
+    ) -> Result<u32> {
         self.state.seq += 1;
         let seq = self.state.seq;
         let tag = (seq & 0xFFFF_FFFF) << 32;
-        match plan {
+        out.clear();
+        let (state, result) = match plan {
             FoldPlan::Linear if self.counted() => {
-                self.fold_counted(seq, tag, value, contrib, result_len, finish)
+                self.fold_counted(seq, tag, value, contrib, result_len, finish)?
             }
-            FoldPlan::Linear => self.fold_linear(tag, value, contrib, result_len, finish),
-            FoldPlan::Pair => self.fold_pair(seq, tag, value, contrib, result_len, finish),
-        }
+            FoldPlan::Linear => self.fold_linear(tag, value, contrib, result_len, finish)?,
+            FoldPlan::Pair => {
+                return self.fold_pair(seq, tag, value, contrib, result_len, finish, out)
+            }
+        };
+        *out = result;
+        Ok(state)
     }
 
     /// Two PEs: each puts its contribution into the other's fold area
     /// (half `seq & 1`) with its handshake signal, waits for the other's,
     /// and both compute the result from the two in team order.
+    #[allow(clippy::too_many_arguments)]
     fn fold_pair(
         &mut self,
         seq: u64,
@@ -162,7 +169,8 @@ impl Call<'_> {
         contrib: Contrib<'_>,
         result_len: usize,
         finish: Finish<'_>,
-    ) -> Result<(u32, FoldBuf)> {
+        out: &mut FoldBuf,
+    ) -> Result<u32> {
         let me = self.me;
         let mine = contrib.mine;
         let parity = (seq & 1) as usize;
@@ -185,10 +193,10 @@ impl Call<'_> {
         )?;
         let got = self.wait_tagged(w, tag)?;
         if got != value {
-            return Ok((MISMATCH, FoldBuf::new()));
+            return Ok(MISMATCH);
         }
         if value == BAD_ARGS {
-            return Ok((value, FoldBuf::new()));
+            return Ok(value);
         }
         // SAFETY: the other PE wrote this slot before the signal just seen
         // and writes it again only two calls from now, after this PE has
@@ -199,9 +207,9 @@ impl Call<'_> {
         } else {
             [theirs, mine]
         };
-        let mut out = FoldBuf::from_elem(0, result_len);
-        finish(&parts, &mut out)?;
-        Ok((value, out))
+        out.resize(result_len, 0);
+        finish(&parts, out)?;
+        Ok(value)
     }
 
     /// The counted handshake ([`Call::count_arrival`]) carrying data: every

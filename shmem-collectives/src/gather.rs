@@ -109,7 +109,8 @@ impl Collectives {
                 each: bytes,
                 only: None,
             };
-            let out = self.begin_folded(
+            let mut out = FoldBuf::new();
+            self.begin_folded(
                 plan,
                 team,
                 "fcollect",
@@ -119,6 +120,7 @@ impl Collectives {
                 contrib,
                 bytes * n,
                 &finish,
+                &mut out,
             )?;
             if nelems == 0 {
                 return Ok(());

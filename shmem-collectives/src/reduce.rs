@@ -18,7 +18,7 @@ use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
 use crate::collectives::{check_disjoint, check_sym, Call, Desc};
 use crate::direct::{direct_allreduce, DIRECT_MIN_BYTES};
-use crate::fold::Contrib;
+use crate::fold::{Contrib, FoldBuf};
 use crate::reduce_op::{bitwise_on_float, BitwiseReducible, ReduceOp, Reducible, ScanKind};
 use crate::{Collectives, ReduceAlgorithm, ScanAlgorithm, Team};
 
@@ -277,8 +277,9 @@ impl Collectives {
                 each: bytes,
                 only: None,
             };
-            let out = self.begin_folded(
-                plan, team, "reduce", desc, local, &describe, contrib, bytes, &finish,
+            let mut out = FoldBuf::new();
+            self.begin_folded(
+                plan, team, "reduce", desc, local, &describe, contrib, bytes, &finish, &mut out,
             )?;
             if nreduce == 0 {
                 return Ok(());
