@@ -1,10 +1,10 @@
 //! Alltoall: block `j` of PE `i`'s source becomes block `i` of PE `j`'s
 //! dest. Every block is one put with a signal into its final place.
 
-use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
+use shmem_core::{as_bytes, Element, Error, Result, SymSlice};
 
 use crate::collectives::{byte_len, check_disjoint, check_sym, local_copy, mul, Call, Desc};
-use crate::fold::{Contrib, FoldBuf, FoldPlan};
+use crate::fold::{Contrib, FoldPlan};
 use crate::{AlltoallAlgorithm, Collectives, Team};
 
 /// Sends one block per peer with `send(call, to)` in the order the
@@ -104,13 +104,8 @@ impl Collectives {
                 to_other.copy_from_slice(parts[1 - me]);
                 Ok(())
             };
-            let contrib = Contrib {
-                mine,
-                each: bytes,
-                only: None,
-            };
-            let mut out = FoldBuf::new();
-            self.begin_folded(
+            let contrib = Contrib::every(mine, bytes);
+            return self.fold_to_dest(
                 FoldPlan::Pair,
                 team,
                 "alltoall",
@@ -118,18 +113,10 @@ impl Collectives {
                 local,
                 &describe,
                 contrib,
-                bytes * n,
                 &finish,
-                &mut out,
-            )?;
-            if nelems == 0 {
-                return Ok(());
-            }
-            // SAFETY: this PE's own dest, in the heap (checked); no other PE
-            // writes it during a folded alltoall.
-            let d = unsafe { rt.local_slice_mut(dest.slice(..n * nelems)?)? };
-            as_bytes_mut(d).copy_from_slice(&out);
-            return Ok(());
+                dest,
+                n * nelems,
+            );
         }
         let mut call = self.begin(team, "alltoall", desc, local, &describe)?;
         if nelems == 0 {

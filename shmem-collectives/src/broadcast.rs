@@ -1,10 +1,10 @@
 //! Broadcast: the root's `source` lands in every member's `dest` (the
 //! root's included), directly or down a binomial tree.
 
-use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
+use shmem_core::{as_bytes, Element, Error, Result, SymSlice};
 
 use crate::collectives::{byte_len, check_disjoint, check_sym, local_copy, Call, Desc};
-use crate::fold::{Contrib, FoldBuf};
+use crate::fold::Contrib;
 use crate::{BroadcastAlgorithm, Collectives, Team};
 
 impl Collectives {
@@ -95,8 +95,7 @@ impl Collectives {
                 each: bytes,
                 only: Some(root),
             };
-            let mut out = FoldBuf::new();
-            self.begin_folded(
+            return self.fold_to_dest(
                 plan,
                 team,
                 "broadcast",
@@ -104,19 +103,10 @@ impl Collectives {
                 local,
                 &describe,
                 contrib,
-                bytes,
                 &finish,
-                &mut out,
-            )?;
-            if nelems == 0 {
-                return Ok(());
-            }
-            let dest = dest.slice(..nelems)?;
-            // SAFETY: this PE's own dest, in the heap (checked); no other PE
-            // writes it during a folded broadcast.
-            let d = unsafe { rt.local_slice_mut(dest)? };
-            as_bytes_mut(d).copy_from_slice(&out);
-            return Ok(());
+                dest,
+                nelems,
+            );
         }
         let mut call = self.begin(team, "broadcast", desc, local, &describe)?;
         if nelems == 0 {

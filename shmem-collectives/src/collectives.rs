@@ -1012,14 +1012,17 @@ impl Collectives {
     }
 
     /// [`Collectives::begin`] for a small collective whose data rides on
-    /// the handshake (see [`crate::fold`]): `contrib` is this PE's
-    /// contribution and the agreed sizes, `finish` computes the `result_len`
-    /// result bytes from all contributions in team order. `plan` comes from
-    /// [`Call::fold_plan`] (when it gives none, the caller runs
-    /// [`Collectives::begin`] and its own algorithm instead).
+    /// the handshake (see [`crate::fold`]), run to the end: `contrib` is
+    /// this PE's contribution and the agreed sizes, `finish` computes the
+    /// result (`count` elements of `T`, which land in `dest`) from all
+    /// contributions in team order. `plan` comes from [`Call::fold_plan`]
+    /// (when it gives none, the caller runs [`Collectives::begin`] and its
+    /// own algorithm instead). Neither the call nor the result is moved out
+    /// of here: moving them cost a small collective more than its own
+    /// bookkeeping.
     #[allow(clippy::too_many_arguments)]
     #[track_caller]
-    pub(crate) fn begin_folded(
+    pub(crate) fn fold_to_dest<T: Element>(
         &self,
         plan: crate::fold::FoldPlan,
         team: &Team,
@@ -1028,19 +1031,28 @@ impl Collectives {
         local: Result<()>,
         describe: &dyn Fn() -> String,
         contrib: crate::fold::Contrib<'_>,
-        result_len: usize,
         finish: crate::fold::Finish<'_>,
-        out: &mut crate::fold::FoldBuf,
+        dest: SymSlice<T>,
+        count: usize,
     ) -> Result<()> {
-        // Neither the call nor the result is moved out: moving them cost a
-        // small collective more than its own bookkeeping.
+        let result_len = count.saturating_mul(std::mem::size_of::<T>());
+        let mut out = crate::fold::FoldBuf::new();
         let mut call = self.open_call(team, op)?;
         self.fold_in(
-            &mut call, plan, op, desc, local, describe, contrib, result_len, finish, out,
-        )
+            &mut call, plan, op, desc, local, describe, contrib, result_len, finish, &mut out,
+        )?;
+        if count == 0 {
+            return Ok(());
+        }
+        // SAFETY: this PE's own dest, in the heap (checked by the caller
+        // before the handshake); no other PE writes it during a folded call.
+        let d = unsafe { self.rt.local_slice_mut(dest.slice(..count)?)? };
+        shmem_core::as_bytes_mut(d).copy_from_slice(&out);
+        Ok(())
     }
 
-    /// [`Collectives::begin_folded`] that also returns the open call, for a
+    /// [`Collectives::fold_to_dest`] that returns the open call and the
+    /// result instead, for a
     /// caller that may continue with its own algorithm after the folded
     /// handshake (it counts as the call's opening handshake).
     #[allow(clippy::too_many_arguments)]
@@ -1066,7 +1078,7 @@ impl Collectives {
     }
 
     /// The folded handshake of the open `call` (see
-    /// [`Collectives::begin_folded`]).
+    /// [`Collectives::fold_to_dest`]).
     #[allow(clippy::too_many_arguments)]
     fn fold_in(
         &self,

@@ -71,7 +71,16 @@ pub(crate) struct Contrib<'m> {
     pub(crate) only: Option<usize>,
 }
 
-impl Contrib<'_> {
+impl<'m> Contrib<'m> {
+    /// Every member contributes `each` bytes; this PE's are `mine`.
+    pub(crate) fn every(mine: &'m [u8], each: usize) -> Contrib<'m> {
+        Contrib {
+            mine,
+            each,
+            only: None,
+        }
+    }
+
     /// Bytes that team member `j` contributes.
     fn len_of(&self, j: usize) -> usize {
         match self.only {

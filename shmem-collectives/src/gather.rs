@@ -104,13 +104,8 @@ impl Collectives {
                 }
                 Ok(())
             };
-            let contrib = Contrib {
-                mine,
-                each: bytes,
-                only: None,
-            };
-            let mut out = FoldBuf::new();
-            self.begin_folded(
+            let contrib = Contrib::every(mine, bytes);
+            return self.fold_to_dest(
                 plan,
                 team,
                 "fcollect",
@@ -118,18 +113,10 @@ impl Collectives {
                 local,
                 &describe,
                 contrib,
-                bytes * n,
                 &finish,
-                &mut out,
-            )?;
-            if nelems == 0 {
-                return Ok(());
-            }
-            // SAFETY: this PE's own dest, in the heap (checked); no other PE
-            // writes it during a folded fcollect.
-            let d = unsafe { rt.local_slice_mut(dest.slice(..n * nelems)?)? };
-            as_bytes_mut(d).copy_from_slice(&out);
-            return Ok(());
+                dest,
+                n * nelems,
+            );
         }
         let mut call = self.begin(team, "fcollect", desc, local, &describe)?;
         if nelems == 0 {
@@ -274,11 +261,7 @@ impl Collectives {
             }
             Ok(())
         };
-        let contrib = Contrib {
-            mine: &mine,
-            each: slot,
-            only: None,
-        };
+        let contrib = Contrib::every(&mine, slot);
         let n = team.n_pes();
         let result_len = 8 * (n + 1) + n * (slot - FOLD_HEADER);
         let (call, out) = self.begin_folded_call(

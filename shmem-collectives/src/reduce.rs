@@ -18,7 +18,7 @@ use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
 use crate::collectives::{check_disjoint, check_sym, Call, Desc};
 use crate::direct::{direct_allreduce, DIRECT_MIN_BYTES};
-use crate::fold::{Contrib, FoldBuf};
+use crate::fold::Contrib;
 use crate::reduce_op::{bitwise_on_float, BitwiseReducible, ReduceOp, Reducible, ScanKind};
 use crate::{Collectives, ReduceAlgorithm, ScanAlgorithm, Team};
 
@@ -272,23 +272,10 @@ impl Collectives {
                 out.copy_from_slice(as_bytes(&res));
                 Ok(())
             };
-            let contrib = Contrib {
-                mine,
-                each: bytes,
-                only: None,
-            };
-            let mut out = FoldBuf::new();
-            self.begin_folded(
-                plan, team, "reduce", desc, local, &describe, contrib, bytes, &finish, &mut out,
-            )?;
-            if nreduce == 0 {
-                return Ok(());
-            }
-            // SAFETY: this PE's own dest, in the heap (checked); no other PE
-            // writes it during a folded reduction.
-            let d = unsafe { rt.local_slice_mut(dest.slice(..nreduce)?)? };
-            as_bytes_mut(d).copy_from_slice(&out);
-            return Ok(());
+            let contrib = Contrib::every(mine, bytes);
+            return self.fold_to_dest(
+                plan, team, "reduce", desc, local, &describe, contrib, &finish, dest, nreduce,
+            );
         }
         let mut acc = match &local {
             Ok(()) => rt.read_local(source.slice(..nreduce)?)?,
