@@ -36,8 +36,35 @@ pub unsafe fn wake(base: *mut u8, offset: usize, len: usize) {
 pub unsafe fn put(base: *mut u8, dst: usize, src: *const u8, len: usize) {
     // SAFETY: guaranteed by the caller; `copy` allows overlap.
     unsafe {
-        std::ptr::copy(src, base.add(dst), len);
+        copy_small_or(src, base.add(dst), len);
         wake(base, dst, len);
+    }
+}
+
+/// `std::ptr::copy`, with word-sized copies done by one load and one store
+/// instead of a call into the C library (an 8-byte put is about 50
+/// instructions in all, and the call was a fifth of them).
+///
+/// # Safety
+/// As [`std::ptr::copy`].
+#[inline(always)]
+pub unsafe fn copy_small_or(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: guaranteed by the caller: both ranges are valid for `len`
+    // bytes; each arm reads all of `src` before it writes `dst`, so overlap
+    // is allowed as for `copy`.
+    unsafe {
+        match len {
+            8 => dst
+                .cast::<u64>()
+                .write_unaligned(src.cast::<u64>().read_unaligned()),
+            4 => dst
+                .cast::<u32>()
+                .write_unaligned(src.cast::<u32>().read_unaligned()),
+            16 => dst
+                .cast::<u128>()
+                .write_unaligned(src.cast::<u128>().read_unaligned()),
+            _ => std::ptr::copy(src, dst, len),
+        }
     }
 }
 

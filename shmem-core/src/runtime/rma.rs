@@ -40,7 +40,11 @@ impl Runtime {
             // SAFETY: [src, src+len) lies in `pe`'s mapped heap (checked);
             // `dst` is a live exclusive slice.
             unsafe {
-                std::ptr::copy(base.as_ptr().add(src), dst.as_mut_ptr(), dst.len());
+                crate::loadstore::copy_small_or(
+                    base.as_ptr().add(src),
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                );
             }
             return Ok(());
         }
