@@ -1051,36 +1051,10 @@ impl Collectives {
         Ok(())
     }
 
-    /// [`Collectives::fold_to_dest`] that returns the open call and the
-    /// result instead, for a
-    /// caller that may continue with its own algorithm after the folded
-    /// handshake (it counts as the call's opening handshake).
-    #[allow(clippy::too_many_arguments)]
-    #[track_caller]
-    pub(crate) fn begin_folded_call<'a>(
-        &'a self,
-        plan: crate::fold::FoldPlan,
-        team: &'a Team,
-        op: &'static str,
-        desc: Desc,
-        local: Result<()>,
-        describe: &dyn Fn() -> String,
-        contrib: crate::fold::Contrib<'_>,
-        result_len: usize,
-        finish: crate::fold::Finish<'_>,
-    ) -> Result<(Call<'a>, crate::fold::FoldBuf)> {
-        let mut call = self.open_call(team, op)?;
-        let mut out = crate::fold::FoldBuf::new();
-        self.fold_in(
-            &mut call, plan, op, desc, local, describe, contrib, result_len, finish, &mut out,
-        )?;
-        Ok((call, out))
-    }
-
     /// The folded handshake of the open `call` (see
-    /// [`Collectives::fold_to_dest`]).
+    /// [`Collectives::fold_to_dest`]); the result lands in `out`.
     #[allow(clippy::too_many_arguments)]
-    fn fold_in(
+    pub(crate) fn fold_in(
         &self,
         call: &mut Call<'_>,
         plan: crate::fold::FoldPlan,

@@ -54,9 +54,10 @@ pub(crate) const LINE_PAYLOAD: usize = 56;
 /// order.
 pub(crate) type Finish<'f> = &'f dyn Fn(&[&[u8]], &mut [u8]) -> Result<()>;
 
-/// A folded call's result: inline up to one cache line, so that an 8-byte
-/// collective allocates nothing.
-pub(crate) type FoldBuf = SmallVec<[u8; 64]>;
+/// A folded call's result: inline up to two cache lines, so that a small
+/// collective allocates nothing (a 2-PE collect's result, with its header,
+/// is 88 bytes).
+pub(crate) type FoldBuf = SmallVec<[u8; 128]>;
 
 /// What each member contributes to a folded call.
 #[derive(Debug, Clone, Copy)]

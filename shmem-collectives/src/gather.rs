@@ -264,8 +264,13 @@ impl Collectives {
         let contrib = Contrib::every(&mine, slot);
         let n = team.n_pes();
         let result_len = 8 * (n + 1) + n * (slot - FOLD_HEADER);
-        let (call, out) = self.begin_folded_call(
-            plan, team, "collect", desc, local, describe, contrib, result_len, &finish,
+        // The call stays here (a fallback continues it): moving it out of
+        // a helper with the result cost more than the bookkeeping.
+        let mut call = self.open_call(team, "collect")?;
+        let mut out = FoldBuf::new();
+        self.fold_in(
+            &mut call, plan, "collect", desc, local, describe, contrib, result_len, &finish,
+            &mut out,
         )?;
         let word = |k: usize| le_word(&out, k);
         match word(0) {
