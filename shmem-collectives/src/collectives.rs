@@ -605,26 +605,48 @@ impl Call<'_> {
             }
         };
         self.rt.live_for(pe)?;
-        let mut span = Span::bytes(0, 0);
-        if let Some((dst, bytes)) = data {
-            if bytes.len() > dst.len() {
-                return Err(Error::invalid(
-                    "data",
-                    format!("{} bytes do not fit {} bytes", bytes.len(), dst.len()),
-                ));
+        match data {
+            Some((dst, bytes)) => {
+                if bytes.len() > dst.len() {
+                    return Err(Error::invalid(
+                        "data",
+                        format!(
+                            "{} bytes for PE {pe} do not fit {} bytes at heap offset {:#x}",
+                            bytes.len(),
+                            dst.len(),
+                            dst.offset()
+                        ),
+                    ));
+                }
+                self.rt.check_range(dst.offset(), bytes.len())?;
+                // SAFETY: `base` is `pe`'s heap, mapped for the runtime's
+                // life, the data range is inside it (checked) and `w` is a
+                // word of the signal pool (in range, 8-aligned); the
+                // protocols that call this own those bytes until the signal.
+                unsafe {
+                    shmem_core::loadstore::put_signal(
+                        base,
+                        dst.offset(),
+                        bytes.as_ptr(),
+                        bytes.len(),
+                        w.offset(),
+                        SignalOp::Set,
+                        value,
+                    )
+                };
             }
-            self.rt.check_range(dst.offset(), bytes.len())?;
-            // SAFETY: inside `pe`'s heap (checked), mapped for the
-            // runtime's life; the protocols that call this own those bytes
-            // until the signal below.
-            unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(dst.offset()), bytes.len())
-            };
-            span = Span::bytes(dst.offset(), bytes.len());
+            // SAFETY: `base` is `pe`'s mapped heap and `w` a word of the
+            // signal pool (in range, 8-aligned).
+            None => unsafe {
+                shmem_core::loadstore::signal(
+                    base,
+                    w.offset(),
+                    SignalOp::Set,
+                    value,
+                    Span::bytes(0, 0),
+                )
+            },
         }
-        // SAFETY: `base` is `pe`'s mapped heap and `w` a word of the signal
-        // pool (in range, 8-aligned).
-        unsafe { shmem_core::loadstore::signal(base, w.offset(), SignalOp::Set, value, span) };
         Ok(())
     }
 

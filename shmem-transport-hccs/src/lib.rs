@@ -122,12 +122,9 @@ impl Transport for Hccs {
         _nbi: bool,
     ) -> Result<()> {
         let base = self.base(pe)?;
-        // SAFETY: as for put.
-        unsafe { std::ptr::copy(src, base.add(dst), len) };
-        // The data must be visible before the signal.
-        fence(Ordering::Release);
-        // SAFETY: aligned, in-heap signal word (checked by the runtime).
-        unsafe { NodeHeaps::signal(base, sig, op, value, Span::bytes(dst, len)) };
+        // SAFETY: as for put; an aligned, in-heap signal word (checked by
+        // the runtime).
+        unsafe { shmem_core::loadstore::put_signal(base, dst, src, len, sig, op, value) };
         Ok(())
     }
 
