@@ -27,6 +27,7 @@ mod rma;
 mod state;
 mod streams;
 mod teams;
+mod torch_shim;
 mod waits;
 
 use pyo3::prelude::*;
@@ -48,6 +49,7 @@ fn _shmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     functions!(
         init::version,
+        torch_shim::_torch_shim_state,
         init::get_unique_id,
         init::unique_id_len,
         init::uid_address,

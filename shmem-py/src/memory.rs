@@ -19,6 +19,7 @@ use crate::dlpack;
 use crate::dtype::Dtype;
 use crate::errors::{error, invalid, with_context, OrPy, ShmemError};
 use crate::state::{self, Keep};
+use crate::torch_shim;
 
 /// One symmetric allocation, shared by its `Buffer` and the peer views of it.
 #[derive(Debug)]
@@ -442,6 +443,19 @@ fn local_as(obj: &Bound<'_, PyAny>, arg: &str, writable: bool, typed: bool) -> P
     }
     // SAFETY: obj is a valid object and we are attached.
     if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 1 {
+        if !typed {
+            if let Some(x) = RawExport::c_contiguous(obj, writable) {
+                let (addr, len, itemsize) = x.range();
+                check_not_stale(obj, array_owner(obj), addr, len, arg)?;
+                return Ok(Local {
+                    addr,
+                    len,
+                    itemsize,
+                    dtype: None,
+                    keep: Keep::Raw(x),
+                });
+            }
+        }
         let buf = PyUntypedBuffer::get(obj)
             .map_err(|e| invalid(format!("`{arg}`: cannot read its memory: {e}")))?;
         if !buf.is_c_contiguous() {
@@ -459,15 +473,7 @@ fn local_as(obj: &Bound<'_, PyAny>, arg: &str, writable: bool, typed: bool) -> P
         }
         let dtype = buf.format().to_str().ok().and_then(Dtype::from_format);
         let (addr, len) = (buf.buf_ptr() as usize, buf.len_bytes());
-        // Views of a freed Buffer keep an export counted, so tracing is
-        // needed only while some freed range still has live exports.
-        let owner = if state::any_stale() {
-            viewed_by_array(obj)
-                .and_then(|o| o.cast::<Buffer>().ok().map(|b| b.get().alloc.clone()))
-        } else {
-            None
-        };
-        check_not_stale(obj, owner, addr, len, arg)?;
+        check_not_stale(obj, array_owner(obj), addr, len, arg)?;
         return Ok(Local {
             addr,
             len,
@@ -486,28 +492,113 @@ fn local_as(obj: &Bound<'_, PyAny>, arg: &str, writable: bool, typed: bool) -> P
     )))
 }
 
-/// Whether `obj` is a `torch.Tensor` (or a subclass): one type check once
-/// torch has been imported by the program (this module never imports it),
-/// instead of looking up an attribute on every call.
-fn is_torch_tensor(obj: &Bound<'_, PyAny>) -> bool {
-    static TENSOR: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
-    let py = obj.py();
-    let tensor = match TENSOR.get(py) {
-        Some(t) => t,
-        None => {
-            let found = py
-                .import("sys")
-                .and_then(|sys| sys.getattr("modules"))
-                .ok()
-                .and_then(|m| m.get_item("torch").ok())
-                .and_then(|torch| torch.getattr("Tensor").ok());
-            match found {
-                Some(t) => TENSOR.get_or_init(py, || t.unbind()),
-                None => return false,
-            }
+/// The allocation of the shmem `Buffer` that a buffer-protocol object
+/// views. Views of a freed Buffer keep an export counted, so tracing is
+/// needed only while some freed range still has live exports.
+fn array_owner(obj: &Bound<'_, PyAny>) -> Option<Arc<Allocation>> {
+    if !state::any_stale() {
+        return None;
+    }
+    viewed_by_array(obj).and_then(|o| o.cast::<Buffer>().ok().map(|b| b.get().alloc.clone()))
+}
+
+/// A buffer-protocol export taken with only what a byte copy needs: a
+/// C-contiguous range (`PyBUF_ND`: no strides, so the exporter refuses a
+/// strided view) and, for a destination, writable, without the element
+/// format (numpy builds and compares a format string for every export that
+/// asks for one).
+pub(crate) struct RawExport(ffi::Py_buffer);
+
+// SAFETY: the export is a plain description of memory that stays valid
+// until it is released, which Drop does with the interpreter attached (as
+// pyo3's own buffer type, which is Send and Sync, does).
+unsafe impl Send for RawExport {}
+// SAFETY: as for Send; shared references only read the description.
+unsafe impl Sync for RawExport {}
+
+impl RawExport {
+    /// The export, or None (with the exporter's error cleared) when `obj`
+    /// is not C-contiguous, not writable while `writable` is asked, or
+    /// refuses these flags: the full export then words the error.
+    fn c_contiguous(obj: &Bound<'_, PyAny>, writable: bool) -> Option<RawExport> {
+        let flags = ffi::PyBUF_ND | if writable { ffi::PyBUF_WRITABLE } else { 0 };
+        let mut view = std::mem::MaybeUninit::<ffi::Py_buffer>::zeroed();
+        // SAFETY: obj is a valid object, we are attached, and `view` is
+        // writable memory for one Py_buffer.
+        if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), view.as_mut_ptr(), flags) } != 0 {
+            drop(PyErr::take(obj.py()));
+            return None;
         }
+        // SAFETY: a successful PyObject_GetBuffer filled the view; CPython
+        // itself copies a filled Py_buffer by value (PyMemoryView_FromBuffer).
+        Some(RawExport(unsafe { view.assume_init() }))
+    }
+
+    /// Address, length in bytes and item size of the exported memory.
+    fn range(&self) -> (usize, usize, usize) {
+        let v = &self.0;
+        (
+            v.buf as usize,
+            usize::try_from(v.len).unwrap_or(0),
+            usize::try_from(v.itemsize).unwrap_or(1).max(1),
+        )
+    }
+}
+
+impl Drop for RawExport {
+    fn drop(&mut self) {
+        // SAFETY: the view was filled by PyObject_GetBuffer and is released
+        // once, attached.
+        Python::attach(|_| unsafe { ffi::PyBuffer_Release(&mut self.0) });
+    }
+}
+
+/// torch's `Tensor` and `nn.Parameter` types, found once torch has been
+/// imported by the program (this module never imports it).
+struct TorchTypes {
+    tensor: Py<PyAny>,
+    parameter: Option<Py<PyAny>>,
+}
+
+fn torch_types(py: Python<'_>) -> Option<&'static TorchTypes> {
+    static TYPES: pyo3::sync::PyOnceLock<TorchTypes> = pyo3::sync::PyOnceLock::new();
+    if let Some(t) = TYPES.get(py) {
+        return Some(t);
+    }
+    let torch = py
+        .import("sys")
+        .and_then(|sys| sys.getattr("modules"))
+        .ok()
+        .and_then(|m| m.get_item("torch").ok())?;
+    let tensor = torch.getattr("Tensor").ok()?;
+    let parameter = torch
+        .getattr("nn")
+        .and_then(|nn| nn.getattr("Parameter"))
+        .ok();
+    Some(TYPES.get_or_init(py, || TorchTypes {
+        tensor: tensor.unbind(),
+        parameter: parameter.map(Bound::unbind),
+    }))
+}
+
+/// Whether `obj` is a `torch.Tensor` (or a subclass): one type check once
+/// torch has been imported, instead of looking up an attribute on every
+/// call.
+fn is_torch_tensor(obj: &Bound<'_, PyAny>) -> bool {
+    torch_types(obj.py()).is_some_and(|t| obj.is_instance(t.tensor.bind(obj.py())).unwrap_or(false))
+}
+
+/// Whether `obj`'s type is exactly `torch.Tensor` or `torch.nn.Parameter`
+/// (no `__torch_function__` of a subclass to honour).
+fn is_plain_tensor(obj: &Bound<'_, PyAny>) -> bool {
+    let Some(t) = torch_types(obj.py()) else {
+        return false;
     };
-    obj.is_instance(tensor.bind(py)).unwrap_or(false)
+    let ty = obj.get_type().into_any();
+    ty.is(t.tensor.bind(obj.py()))
+        || t.parameter
+            .as_ref()
+            .is_some_and(|p| ty.is(p.bind(obj.py())))
 }
 
 /// numpy's `ndarray` type.
@@ -608,6 +699,34 @@ fn check_not_stale(
 }
 
 fn torch_local(t: &Bound<'_, PyAny>, arg: &str, typed: bool) -> PyResult<Local> {
+    if is_plain_tensor(t) {
+        if let Some(m) = torch_shim::tensor_mem(t) {
+            if torch_shim::checked(m, || torch_attrs(t, arg, true).ok()) {
+                check_not_stale(t, viewed_by_tensor(t), m.addr, m.len, arg)?;
+                return Ok(Local {
+                    addr: m.addr,
+                    len: m.len,
+                    itemsize: if typed { m.itemsize.max(1) } else { 1 },
+                    dtype: if typed { m.dtype } else { None },
+                    keep: Keep::Object(t.clone().unbind()),
+                });
+            }
+        }
+    }
+    let m = torch_attrs(t, arg, typed)?;
+    check_not_stale(t, viewed_by_tensor(t), m.addr, m.len, arg)?;
+    Ok(Local {
+        addr: m.addr,
+        len: m.len,
+        itemsize: m.itemsize.max(1),
+        dtype: m.dtype,
+        keep: Keep::Object(t.clone().unbind()),
+    })
+}
+
+/// A tensor's memory from its Python attributes (any tensor type; words
+/// the errors). The element type is read only when `typed`.
+fn torch_attrs(t: &Bound<'_, PyAny>, arg: &str, typed: bool) -> PyResult<torch_shim::TensorMem> {
     let py = t.py();
     if !t.getattr(pyo3::intern!(py, "is_cpu"))?.is_truthy()? {
         let device = t.getattr(pyo3::intern!(py, "device"))?.str()?.to_string();
@@ -630,13 +749,11 @@ fn torch_local(t: &Bound<'_, PyAny>, arg: &str, typed: bool) -> PyResult<Local> 
     };
     let len: usize = t.getattr(pyo3::intern!(py, "nbytes"))?.extract()?;
     let addr: usize = t.call_method0(pyo3::intern!(py, "data_ptr"))?.extract()?;
-    check_not_stale(t, viewed_by_tensor(t), addr, len, arg)?;
-    Ok(Local {
+    Ok(torch_shim::TensorMem {
         addr,
         len,
-        itemsize: itemsize.max(1),
+        itemsize,
         dtype,
-        keep: Keep::Object(t.clone().unbind()),
     })
 }
 

@@ -18,6 +18,8 @@ use crate::memory::Allocation;
 pub(crate) enum Keep {
     /// A buffer-protocol export (numpy, bytes, memoryview ...).
     Export(#[allow(dead_code)] PyUntypedBuffer),
+    /// The same, taken with the flags of a byte copy.
+    Raw(#[allow(dead_code)] crate::memory::RawExport),
     /// A Python object whose memory does not move while it lives (a shmem
     /// Buffer, a torch tensor).
     Object(#[allow(dead_code)] Py<PyAny>),

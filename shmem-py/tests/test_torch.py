@@ -139,3 +139,67 @@ def torch_bytes(rank, n):
 
 def test_torch_sources_and_destinations_of_byte_calls():
     assert run_pes(torch_bytes, 2) == [True, True]
+
+
+class _Tagged(torch.Tensor):
+    """A tensor subclass: read through its attributes, not torch's C shim."""
+
+
+def torch_kinds(rank, n):
+    import shmem
+    import shmem.torch  # noqa: F401  (torch_view)
+
+    peer = (rank + 1) % n
+    buf = core.buffer(256)
+    sym = shmem._shmem.torch_view(buf)[:256].view(torch.int64)  # 32 symmetric int64
+    sym.zero_()
+    core.barrier_all()
+    base = torch.arange(40, dtype=torch.int64) + 1000 * rank
+    # A contiguous slice with a storage offset, a Parameter, a subclass, a
+    # zero-element tensor and a 2-D tensor each put their own bytes.
+    shmem.put(sym[0:8], base[5:13], peer)
+    shmem.put(sym[8:12], torch.nn.Parameter(base[20:24].clone(), requires_grad=False), peer)
+    shmem.put(sym[12:16], base[30:34].clone().as_subclass(_Tagged), peer)
+    shmem.put(sym[16:20], torch.empty(0, dtype=torch.int64), peer)
+    shmem.put(sym[20:26], base[:6].reshape(2, 3), peer)
+    core.barrier_all()
+    o = 1000 * ((rank - 1) % n)
+    want = torch.zeros(32, dtype=torch.int64)
+    want[0:8] = torch.arange(5, 13) + o
+    want[8:12] = torch.arange(20, 24) + o
+    want[12:16] = torch.arange(30, 34) + o
+    want[20:26] = torch.arange(0, 6) + o
+    assert torch.equal(sym, want), sym
+    # Gets into a slice with an offset and into a subclass.
+    got = torch.zeros(12, dtype=torch.int64)
+    shmem.get(got[4:12], sym[0:8], peer)
+    assert got[4:12].tolist() == (torch.arange(5, 13) + 1000 * rank).tolist(), got
+    tag = torch.zeros(4, dtype=torch.int64).as_subclass(_Tagged)
+    shmem.get(tag, sym[12:16], peer)
+    assert tag.tolist() == (torch.arange(30, 34) + 1000 * rank).tolist(), tag
+    # Typed calls read the element type the same way: p/g of a float32
+    # view, and a reduction over torch tensors.
+    f = sym[26:28].view(torch.float32)  # 4 symmetric float32
+    core.barrier_all()
+    shmem.p(f[1:2], 2.5 + rank, peer)
+    core.barrier_all()
+    assert f[1].item() == 2.5 + (rank - 1) % n
+    assert shmem.g(f[1:2], peer) == 2.5 + rank
+    # Refused on either path: strided, sparse, another device.
+    for bad in (base[::2], base[::2].as_subclass(_Tagged)):
+        with pytest.raises(core.ShmemInvalid, match="contiguous tensor"):
+            shmem.put(sym[:4], bad, peer)
+    with pytest.raises(Exception, match="(?i)sparse|layout|contiguous"):
+        shmem.put(sym[:4], torch.zeros(4).to_sparse(), peer)
+    with pytest.raises(core.ShmemInvalid, match="on device"):
+        shmem.put(sym[:4], torch.empty(4, device="meta").as_subclass(_Tagged), peer)
+    # Plain tensors went through torch's C shim, checked against the
+    # attributes on the first one (torch 2.15 exports every function).
+    assert shmem._shmem._torch_shim_state() == "agrees"
+    core.barrier_all()
+    core.free(buf)
+    return True
+
+
+def test_torch_tensor_kinds_read_through_shim_and_attributes():
+    assert run_pes(torch_kinds, 2) == [True, True]
