@@ -73,7 +73,9 @@ pub unsafe fn copy_small_or(src: *const u8, dst: *mut u8, len: usize) {
 ///
 /// # Safety
 /// `base` must be a mapped heap and `offset` in range and aligned to `width`.
-#[inline]
+// Always inlined: the C ABI's atomics pass a constant width and op, which
+// then select one instruction instead of two matches at run time.
+#[inline(always)]
 pub unsafe fn atomic(base: *mut u8, offset: usize, width: AmoWidth, op: AmoOp) -> u64 {
     // SAFETY: guaranteed by the caller.
     let p = unsafe { base.add(offset) };
@@ -140,7 +142,7 @@ pub unsafe fn signal(base: *mut u8, sig: usize, op: SignalOp, value: u64, data: 
     unsafe { ring_after_seqcst(base as *const ControlBlock, &[Span::bytes(sig, 8), data]) };
 }
 
-#[inline]
+#[inline(always)]
 fn amo32(p: &AtomicU32, op: AmoOp) -> u32 {
     let sc = Ordering::SeqCst;
     match op {
@@ -162,7 +164,7 @@ fn amo32(p: &AtomicU32, op: AmoOp) -> u32 {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn amo64(p: &AtomicU64, op: AmoOp) -> u64 {
     let sc = Ordering::SeqCst;
     match op {
