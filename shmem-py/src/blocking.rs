@@ -97,14 +97,69 @@ fn submit(job: Job) -> PyResult<()> {
     worker(job).map_err(|e| error(format!("cannot start a worker thread: {e}")))
 }
 
+/// Python's main thread (`PyThread_get_thread_ident`), the only one whose
+/// signal handlers run; 0 until known.
+static MAIN_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+shmem_core::config_var!(
+    "SHMEM_PY_INTERRUPTIBLE",
+    bool,
+    "1",
+    "Python: a blocking call on the main thread runs on a worker thread so that Ctrl-C interrupts it; 0 runs it on the calling thread (faster, not interruptible); other threads always run their calls in place"
+);
+
+/// Whether `SHMEM_PY_INTERRUPTIBLE=0` turned the hand-off off (read once;
+/// a value that does not parse keeps the default and fails init, which
+/// parses every variable).
+fn hand_off_disabled() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| {
+        shmem_core::Config::from_env()
+            .and_then(|c| c.var::<bool>("SHMEM_PY_INTERRUPTIBLE"))
+            .is_ok_and(|on| !on)
+    })
+}
+
+/// Whether a blocking call from this thread goes to a worker: only on
+/// Python's main thread (elsewhere no signal handler would run between
+/// slices, so the hand-off would buy nothing) and unless
+/// `SHMEM_PY_INTERRUPTIBLE=0`.
+fn hands_off(py: Python<'_>) -> bool {
+    if hand_off_disabled() {
+        return false;
+    }
+    use std::sync::atomic::Ordering;
+    let mut main = MAIN_THREAD.load(Ordering::Relaxed);
+    if main == 0 {
+        main = py
+            .import("threading")
+            .and_then(|t| t.call_method0("main_thread"))
+            .and_then(|m| m.getattr("ident"))
+            .and_then(|i| i.extract::<u64>())
+            .unwrap_or(u64::MAX);
+        MAIN_THREAD.store(main, Ordering::Relaxed);
+    }
+    // SAFETY: a plain query of the calling thread's identity.
+    let me = unsafe { pyo3::ffi::PyThread_get_thread_ident() };
+    // c_ulong is u64 here, u32 on other targets.
+    #[allow(clippy::useless_conversion)]
+    let me = u64::from(me);
+    me == main
+}
+
 /// Runs `f` on a worker thread and waits for it, interruptibly (see the
 /// module docs). Returns `f`'s result, or the exception a signal handler
-/// raised (`KeyboardInterrupt`).
+/// raised (`KeyboardInterrupt`). From a thread other than Python's main
+/// one, or with `SHMEM_PY_INTERRUPTIBLE=0`, `f` runs on the calling thread
+/// with the GIL released instead (no hand-off; not interruptible).
 pub(crate) fn run<T, F>(py: Python<'_>, f: F) -> PyResult<T>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
+    if !hands_off(py) {
+        return Ok(py.detach(f));
+    }
     let (tx, rx) = mpsc::sync_channel::<T>(1);
     submit(Box::new(move || {
         let _ = tx.send(f());
@@ -154,6 +209,10 @@ pub(crate) fn poll_briefly<E: Send>(
     py: Python<'_>,
     ready: impl FnMut() -> Result<bool, E> + Send,
 ) -> Result<bool, E> {
+    if !hands_off(py) {
+        // [`run`] waits on this thread anyway.
+        return Ok(false);
+    }
     let mut ready = ready;
     py.detach(move || {
         let start = Instant::now();

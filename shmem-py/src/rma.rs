@@ -655,8 +655,14 @@ pub(crate) fn quiet(
         return st.quiet().py();
     }
     settle(py, &sh)?;
-    let sh2 = sh.clone();
-    crate::blocking::run(py, move || sh2.quiet())?.py()?;
+    if sh.quiet_is_local() {
+        // Nothing a peer could hold up: no hand-off (and no Ctrl-C
+        // needed), the GIL released for the copies it may wait for.
+        py.detach(|| sh.quiet()).py()?;
+    } else {
+        let sh2 = sh.clone();
+        crate::blocking::run(py, move || sh2.quiet())?.py()?;
+    }
     state::quieted(sh.instance());
     Ok(())
 }

@@ -160,3 +160,52 @@ def kv(rank, n):
 
 def test_kv_shuffle_on_numpy():
     assert run_pes(kv, 3) == [True] * 3
+
+
+def on_the_calling_thread(rank, n):
+    """Collectives, signal waits and a wait that times out, all run
+    without the worker hand-off (see ``blocking.rs``)."""
+    from test_signals import signalled_ring
+
+    assert collectives(rank, n)
+    assert signalled_ring(rank, n)
+    sig = core.calloc(1, 8)
+    core.barrier_all()
+    # Nobody signals: SHMEM_WAIT_TIMEOUT (2 s here) still ends the wait.
+    with pytest.raises(core.ShmemError, match="timed out"):
+        shmem.signal_wait(sig, 1, core.ComparisonType.CMP_EQ)
+    core.barrier_all()
+    core.free(sig)
+    return True
+
+
+def from_a_thread(rank, n):
+    """``on_the_calling_thread`` on a thread that is not Python's main one
+    (whose blocking calls never hand off: no signal handler runs there)."""
+    import threading
+
+    out = {}
+
+    def body():
+        try:
+            out["ok"] = on_the_calling_thread(rank, n)
+        except BaseException as e:  # noqa: BLE001 - re-raised on the main thread
+            out["error"] = e
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(50)
+    assert not t.is_alive(), "the PE's thread did not finish"
+    if "error" in out:
+        raise out["error"]
+    return out["ok"]
+
+
+@pytest.mark.parametrize("how", ["SHMEM_PY_INTERRUPTIBLE=0", "another thread"])
+def test_blocking_calls_without_the_worker_hand_off(how):
+    env = {"SHMEM_WAIT_TIMEOUT": "2"}
+    if how == "another thread":
+        assert run_pes(from_a_thread, 3, env=env) == [True] * 3
+    else:
+        env["SHMEM_PY_INTERRUPTIBLE"] = "0"
+        assert run_pes(on_the_calling_thread, 3, env=env) == [True] * 3

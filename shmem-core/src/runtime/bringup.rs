@@ -155,6 +155,11 @@ impl Runtime {
         let mut in_use: Vec<u8> = routes.iter().chain(&async_routes).copied().collect();
         in_use.sort_unstable();
         in_use.dedup();
+        let quiet_is_local = in_use.iter().all(|&r| {
+            transports[r as usize]
+                .capabilities()
+                .contains(Capabilities::DIRECT_POINTER)
+        });
         let driven = in_use
             .iter()
             .map(|&r| &transports[r as usize])
@@ -207,6 +212,7 @@ impl Runtime {
             async_routes,
             driven,
             in_use,
+            quiet_is_local,
             direct,
             async_threshold,
             config,

@@ -93,6 +93,10 @@ pub struct Runtime {
     /// visit only these (a linked engine that reaches nobody has nothing
     /// outstanding).
     in_use: Vec<u8>,
+    /// Whether every engine in `in_use` reaches its PEs through mapped
+    /// memory ([`Capabilities::DIRECT_POINTER`]): `quiet` then waits at most
+    /// for this node's own copies, never for a peer or a link.
+    quiet_is_local: bool,
     /// Per PE: its heap's base here when its route is a load/store engine
     /// ([`Capabilities::LOAD_STORE`]): blocking RMA, atomics and signals to
     /// it are done inline, without a call through the engine.

@@ -29,6 +29,17 @@ impl Runtime {
         self.quiet_outcome(r)
     }
 
+    /// Whether [`Runtime::quiet`] waits only for this node: every engine
+    /// this PE uses reaches its PEs through mapped memory
+    /// ([`Capabilities::DIRECT_POINTER`]), so quiet is a fence plus, at
+    /// most, the end of this node's own asynchronous copies; never a peer
+    /// or a link. A binding that hands blocking calls to another thread
+    /// (Python's, for Ctrl-C) can run such a quiet in place.
+    #[inline]
+    pub fn quiet_is_local(&self) -> bool {
+        self.quiet_is_local
+    }
+
     /// [`Runtime::quiet`] without its closing fence, for a caller whose
     /// next access to shared memory is a sequentially consistent store or
     /// read-modify-write made by this thread (a barrier's first handshake
