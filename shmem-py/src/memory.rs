@@ -699,21 +699,22 @@ fn check_not_stale(
 }
 
 fn torch_local(t: &Bound<'_, PyAny>, arg: &str, typed: bool) -> PyResult<Local> {
-    if is_plain_tensor(t) {
-        if let Some(m) = torch_shim::tensor_mem(t) {
-            if torch_shim::checked(m, || torch_attrs(t, arg, true).ok()) {
-                check_not_stale(t, viewed_by_tensor(t), m.addr, m.len, arg)?;
-                return Ok(Local {
-                    addr: m.addr,
-                    len: m.len,
-                    itemsize: if typed { m.itemsize.max(1) } else { 1 },
-                    dtype: if typed { m.dtype } else { None },
-                    keep: Keep::Object(t.clone().unbind()),
-                });
-            }
-        }
-    }
-    let m = torch_attrs(t, arg, typed)?;
+    let fast = if is_plain_tensor(t) {
+        torch_shim::tensor_mem(t)
+            .filter(|m| torch_shim::checked(*m, || torch_attrs(t, arg, true).ok()))
+    } else {
+        None
+    };
+    let m = match fast {
+        Some(m) if typed => m,
+        // Byte calls ignore the element type, as the attribute path does.
+        Some(m) => torch_shim::TensorMem {
+            itemsize: 1,
+            dtype: None,
+            ..m
+        },
+        None => torch_attrs(t, arg, typed)?,
+    };
     check_not_stale(t, viewed_by_tensor(t), m.addr, m.len, arg)?;
     Ok(Local {
         addr: m.addr,
