@@ -321,6 +321,12 @@ config_table! {
     /// Spin time before blocking.
     spin_us: String = "SHMEM_SPIN_US", "auto",
         "Microseconds a wait spins before yielding and then blocking on a futex (auto: 0 when PEs outnumber cores, 2 when an engine needs a progress thread, else 50, and 20000 after a sleep that ended within 2 ms until a longer one)";
+    /// Waiters issue a membarrier so that writers need no fence.
+    wait_membarrier: bool = "SHMEM_WAIT_MEMBARRIER", "1",
+        "1: a wait about to sleep issues membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED), so puts need no fence before they look for sleepers (about 5 ns each); 0, or a kernel without it: every write fences";
+    /// Longest single sleep of a blocked wait.
+    wait_poll: Duration = "SHMEM_WAIT_POLL", "0.05",
+        "Seconds a blocked wait sleeps at most before it checks that the job is alive and sleeps again (at least 0.001); a wait ends as soon as a write wakes it";
     /// Whole-wait timeout.
     wait_timeout: Duration = "SHMEM_WAIT_TIMEOUT", "0",
         "Seconds after which a wait_until/signal_wait fails with a timeout (0 = wait forever, still failing when a PE dies)";

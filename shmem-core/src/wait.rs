@@ -7,15 +7,37 @@
 //! doorbell's sequence (the slot's, or the block's own for "anything"),
 //! re-checks its condition and sleeps on that doorbell with `FUTEX_WAIT`. A
 //! writer that changed the heap calls [`ring`] with the spans it wrote: one
-//! fence and one load when nobody sleeps; when someone does, it rings only
+//! load when nobody sleeps (see below for the fence it needs); when someone
+//! does, it rings only
 //! the doorbells whose watchers watch what it wrote. So a put into a PE that
 //! sleeps in a barrier costs the writer no system call and the sleeper no
 //! wake-up, and one release word that all PEs of a node sleep on is one
 //! `FUTEX_WAKE` for all of them. The futex is on shared memory (no
 //! `FUTEX_PRIVATE_FLAG`), so it works across processes that map the same
 //! heap.
+//!
+//! The writer's store and its load of `waiters`, and the waiter's increment
+//! of `waiters` and its load of the data, are a Dekker pair: each side
+//! needs a full fence between its two accesses, or the writer reads no
+//! waiter while the waiter reads old data and sleeps through the write.
+//! Writers are the hot side (every put, a fence is a locked instruction:
+//! 5 ns of an 8-byte put that otherwise costs 5), waiters the cold side
+//! (they only get here after spinning). So the fence is asymmetric: a
+//! process that registered for `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)`
+//! ([`setup_light_writes`]) has its waiters issue one after they register
+//! and before their last check, which runs a full barrier on every CPU
+//! that is running a thread of a registered process at that moment (a
+//! thread that is not running passed one in the context switch), and its
+//! writers then need only a compiler fence. Either a writer's store came
+//! before that barrier on its CPU, and the waiter's check sees it, or its
+//! load of `waiters` came after it, and it sees the waiter. A process that
+//! cannot register (or opted out with `SHMEM_WAIT_MEMBARRIER=0`) fences on
+//! every write, and marks every control block it may wait on `strict`, so
+//! that writers of all processes fence for those.
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{
+    compiler_fence, fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
 use std::time::{Duration, Instant};
 
 /// Slots for published watch spans; a waiter that finds none free watches
@@ -48,6 +70,11 @@ pub struct ControlBlock {
     pub wake_pending: AtomicU32,
     /// Blocked waiters that watch every write (no span, or no free slot).
     pub watch_all: AtomicU32,
+    /// Nonzero when a process that may wait on this heap does not issue
+    /// the waiter's side of the asymmetric fence (module docs): every
+    /// writer fences before it reads `waiters`. Set before the job's first
+    /// write and never cleared.
+    pub strict: AtomicU32,
     /// `FUTEX_WAKE` calls writers made for this heap's waiters (statistics).
     pub wakeups: AtomicU64,
     /// Every zone any slot has ever watched (`Span::zones`; bits are
@@ -70,6 +97,7 @@ impl ControlBlock {
             waiters: AtomicU32::new(0),
             wake_pending: AtomicU32::new(0),
             watch_all: AtomicU32::new(0),
+            strict: AtomicU32::new(0),
             wakeups: AtomicU64::new(0),
             zones: AtomicU64::new(0),
             watched_lo: AtomicU64::new(u64::MAX),
@@ -192,11 +220,88 @@ const SLOT_COUNT: u64 = 0xFFFF;
 /// `cb` must point to the live control block of a mapped heap.
 #[inline]
 pub unsafe fn ring(cb: *const ControlBlock, spans: &[Span]) {
-    // Pairs with the waiter's SeqCst increment of `waiters`: either we see
-    // the waiter (and its published span), or the waiter sees our data.
-    fence(Ordering::SeqCst);
+    // Pairs with the waiter's increment of `waiters` and its membarrier (or
+    // its fence, for a strict block): either we see the waiter (and its
+    // published span), or the waiter sees our data (module docs).
+    // SAFETY: guaranteed by the caller.
+    let strict = unsafe { (*cb).strict.load(Ordering::Relaxed) };
+    if WRITES.load(Ordering::Relaxed) == WRITES_LIGHT && strict == 0 {
+        compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
     // SAFETY: guaranteed by the caller.
     unsafe { ring_after_seqcst(cb, spans) }
+}
+
+/// How this process's writers order their data before reading `waiters`
+/// (module docs): not decided yet (fence), light (compiler fence for
+/// blocks that are not strict), or fenced for good.
+static WRITES: AtomicU8 = AtomicU8::new(WRITES_UNSET);
+const WRITES_UNSET: u8 = 0;
+const WRITES_LIGHT: u8 = 1;
+const WRITES_FENCED: u8 = 2;
+/// This process registered for `MEMBARRIER_CMD_GLOBAL_EXPEDITED`: its
+/// waiters issue one before their last check.
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+
+// From <linux/membarrier.h>.
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_int = 1 << 2;
+
+fn membarrier(cmd: libc::c_int) -> bool {
+    // SAFETY: membarrier takes two integers and touches no memory of ours.
+    unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) == 0 }
+}
+
+/// Chooses how this process's writers order their data before they read
+/// a heap's `waiters` (module docs), for a runtime that `allow`s the light
+/// way (`SHMEM_WAIT_MEMBARRIER`): registers the process for
+/// `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)` once. Returns `true` when
+/// the process's waiters issue the waiter's side of the asymmetric fence;
+/// `false` when they do not, and then the caller must mark every control
+/// block this process may wait on with [`mark_strict`] before any peer
+/// writes to it. Once one runtime of the process said no, its writers
+/// fence for good.
+pub fn setup_light_writes(allow: bool) -> bool {
+    if !allow {
+        WRITES.store(WRITES_FENCED, Ordering::SeqCst);
+        return REGISTERED.load(Ordering::SeqCst);
+    }
+    if !REGISTERED.load(Ordering::SeqCst) {
+        if !membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) {
+            WRITES.store(WRITES_FENCED, Ordering::SeqCst);
+            return false;
+        }
+        REGISTERED.store(true, Ordering::SeqCst);
+    }
+    let _ = WRITES.compare_exchange(
+        WRITES_UNSET,
+        WRITES_LIGHT,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    true
+}
+
+/// Whether this process's writers skip the full fence before reading a
+/// heap's `waiters` (for heaps that are not strict), and whether its
+/// waiters issue a membarrier before they sleep: for `SHMEM_INFO`.
+pub fn light_writes() -> (bool, bool) {
+    (
+        WRITES.load(Ordering::SeqCst) == WRITES_LIGHT,
+        REGISTERED.load(Ordering::SeqCst),
+    )
+}
+
+/// Marks the heap whose control block is `cb` as waited on by a process
+/// whose waiters issue no membarrier: every writer fences for it.
+///
+/// # Safety
+/// `cb` must point to the live control block of a mapped heap.
+pub unsafe fn mark_strict(cb: *const ControlBlock) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { (*cb).strict.store(1, Ordering::SeqCst) };
 }
 
 /// [`ring`] for a writer whose change was itself a `SeqCst` atomic (a
@@ -496,6 +601,13 @@ pub unsafe fn wait_until<E>(
     let published = Watch::publish(cb, watch);
     let (bell, pending) = cb.bell(published.slot);
     cb.waiters.fetch_add(1, Ordering::SeqCst);
+    // The waiter's side of the asymmetric fence (module docs): after this,
+    // every writer that skipped its fence either sees `waiters` or has its
+    // data visible to the first check below. (It cannot fail once
+    // registered; if it did, the poll below still bounds a missed wake-up.)
+    if REGISTERED.load(Ordering::Relaxed) {
+        membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED);
+    }
     // When it first slept (a condition met before then is no verdict on
     // the spin window).
     let mut slept_at = None;
@@ -877,6 +989,75 @@ mod tests {
         }
         noise.1.store(1, Ordering::Relaxed);
         noise.0.join().unwrap();
+    }
+
+    /// Writers that store with plain (relaxed) stores and ring with no
+    /// fence of their own (the light way, once this test process has
+    /// registered for membarrier; a full fence where it cannot), against
+    /// waiters that go to sleep on every round: a missed wake-up is a wait
+    /// that times out, since its one sleep is as long as its timeout.
+    #[test]
+    fn light_writers_never_miss_a_sleeper() {
+        const WAITERS: usize = 4;
+        const ROUNDS: u64 = 3000;
+        let light = setup_light_writes(true);
+        assert_eq!(light_writes(), (light, light));
+        let cb = Arc::new(ControlBlock::new());
+        let words: Arc<Vec<AtomicU64>> =
+            Arc::new((0..WAITERS).map(|_| AtomicU64::new(0)).collect());
+        let acks: Arc<Vec<AtomicU64>> = Arc::new((0..WAITERS).map(|_| AtomicU64::new(0)).collect());
+        let waiters: Vec<_> = (0..WAITERS)
+            .map(|i| {
+                let (cb, words, acks) = (cb.clone(), words.clone(), acks.clone());
+                std::thread::spawn(move || {
+                    let long = Duration::from_secs(20);
+                    let p = policy(Duration::ZERO, long, Some(long));
+                    for r in 1..=ROUNDS {
+                        // SAFETY: the control block lives in the Arc above.
+                        unsafe {
+                            wait_until(
+                                &*cb,
+                                p,
+                                Span::bytes(64 * (i + 1), 8),
+                                || words[i].load(Ordering::Relaxed) >= r,
+                                || Ok::<(), ()>(()),
+                                |_| (),
+                            )
+                        }
+                        .map_err(|()| format!("waiter {i}: round {r} missed its wake-up"))?;
+                        acks[i].store(r, Ordering::Release);
+                    }
+                    Ok::<(), String>(())
+                })
+            })
+            .collect();
+        // Two writers, two words each, in lockstep with the acks so that
+        // the waiters are asleep (or falling asleep) when the words change.
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let (cb, words, acks) = (cb.clone(), words.clone(), acks.clone());
+                std::thread::spawn(move || {
+                    for r in 1..=ROUNDS {
+                        for i in [2 * w, 2 * w + 1] {
+                            while acks[i].load(Ordering::Acquire) < r - 1 {
+                                std::hint::spin_loop();
+                                std::thread::yield_now();
+                            }
+                            words[i].store(r, Ordering::Relaxed);
+                            // SAFETY: live control block.
+                            unsafe { ring(&*cb, &[Span::bytes(64 * (i + 1), 8)]) };
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        for w in waiters {
+            w.join().unwrap().unwrap();
+        }
+        assert_eq!(cb.waiters.load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -54,6 +54,31 @@ fn writes_never_wake_a_pe_sleeping_on_other_words() {
     at_sizes("quiet_sleepers", &[2], &[("SHMEM_TEST_ENGINE", "sdma")]);
 }
 
+/// Sleeping waiters and plain puts, with the writers' fence left to the
+/// waiters' membarrier, with it off everywhere, and mixed in one job (odd
+/// PEs opt out); a missed wake-up fails the wait (the poll is longer than
+/// the wait timeout). Also the other point-to-point suites with it off.
+#[test]
+fn sleeping_waiters_see_every_plain_put_with_and_without_membarrier() {
+    let ring = |extra: &[(&str, &str)], sizes: &[usize]| {
+        let mut env = vec![
+            ("SHMEM_SPIN_US", "0"),
+            ("SHMEM_WAIT_POLL", "60"),
+            ("SHMEM_WAIT_TIMEOUT", "20"),
+        ];
+        env.extend_from_slice(extra);
+        at_sizes("flag_ring", sizes, &env);
+    };
+    ring(&[], &[2, 3]);
+    ring(&[("SHMEM_WAIT_MEMBARRIER", "0")], &[2, 3]);
+    ring(&[("TEST_MEMBARRIER_ODD_OFF", "1")], &[2, 3]);
+    ring(&[("SHMEM_TEST_ENGINE", "sdma")], &[2]);
+    let off = [("SHMEM_WAIT_MEMBARRIER", "0")];
+    for scenario in ["signal_stress", "waits", "quiet_sleepers"] {
+        at_sizes(scenario, &[2, 4], &off);
+    }
+}
+
 #[test]
 fn waits() {
     at_sizes("waits", &[1, 2, 3, 4, 8], &[]);

@@ -185,7 +185,7 @@ impl Runtime {
             } else {
                 Duration::ZERO
             },
-            poll: Duration::from_millis(50),
+            poll: config.wait_poll.max(Duration::from_millis(1)),
             timeout: (!config.wait_timeout.is_zero()).then_some(config.wait_timeout),
         };
         // Non-blocking copies this large go to an asynchronous engine that
@@ -232,6 +232,18 @@ impl Runtime {
                 },
             );
         }
+        // How this process's writers order their data before they look for
+        // sleepers (`wait`'s module docs). When its waiters issue no
+        // membarrier, every heap they may sleep on makes all writers fence;
+        // marked before the barrier, so before any peer writes.
+        if !wait::setup_light_writes(rt.config.wait_membarrier) {
+            for pe in 0..n_pes {
+                if let Some(base) = rt.mapped_heap(pe)? {
+                    // SAFETY: a mapped heap starts with its control block.
+                    unsafe { wait::mark_strict(base.as_ptr() as *const ControlBlock) };
+                }
+            }
+        }
         shmem_log!(
             Info,
             "PE {my_pe}/{n_pes}: heap {size} bytes, routes {}",
@@ -240,6 +252,14 @@ impl Runtime {
         if rt.config.info && my_pe == 0 {
             eprint!("{}", rt.config.info_table());
             eprintln!("  routes: {}", rt.route_summary());
+            eprintln!(
+                "  writers' fence: {}",
+                if wait::light_writes().0 {
+                    "none; a wait about to sleep issues membarrier(GLOBAL_EXPEDITED)"
+                } else {
+                    "a full fence per write (SHMEM_WAIT_MEMBARRIER=0, or no membarrier here)"
+                }
+            );
         }
         // Everyone has mapped everyone before any data moves.
         rt.bootstrap.barrier()?;

@@ -50,16 +50,7 @@ impl Runtime {
         self.live()?;
         self.check_pe(pe)?;
         self.check_range(offset, len)?;
-        let base = if pe == self.my_pe {
-            Some(self.base)
-        } else if let Some(base) = self.direct(pe) {
-            Some(base)
-        } else {
-            let t = self.route(pe)?;
-            // SAFETY: `route` checked the PE; offset 0 is in every heap.
-            unsafe { t.peer_ptr(pe, 0) }
-        };
-        let Some(base) = base else {
+        let Some(base) = self.mapped_heap(pe)? else {
             return Err(Error::invalid(
                 "pe",
                 format!("PE {pe}'s heap is not mapped into this PE; wait on local memory instead"),
@@ -75,6 +66,23 @@ impl Runtime {
                 ready,
             )
         }
+    }
+
+    /// Where `pe`'s heap (its control block first) is mapped here, if it
+    /// is: this PE's own, a load/store peer's, or one its engine maps.
+    ///
+    /// # Errors
+    /// [`Error::PeOutOfRange`] for a bad `pe`.
+    pub(crate) fn mapped_heap(&self, pe: PeId) -> Result<Option<NonNull<u8>>> {
+        if pe == self.my_pe {
+            return Ok(Some(self.base));
+        }
+        if let Some(base) = self.direct(pe) {
+            return Ok(Some(base));
+        }
+        let t = self.route(pe)?;
+        // SAFETY: `route` checked the PE; offset 0 is in every heap.
+        Ok(unsafe { t.peer_ptr(pe, 0) })
     }
 
     /// `FUTEX_WAKE` system calls that writers (this PE's threads and its

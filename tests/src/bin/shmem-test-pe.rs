@@ -1512,6 +1512,49 @@ fn quiet_sleepers(pe: &Shmem) -> Result<()> {
     Ok(())
 }
 
+/// A token ring of plain puts: each PE sleeps in `wait_until` on a flag
+/// that its left neighbour sets with `p` after a payload `put` (a load and
+/// store put, whose writer reads `waiters` with no fence of its own when
+/// the light way is on). Run with `SHMEM_SPIN_US=0`, so that most waits
+/// sleep, and a long `SHMEM_WAIT_POLL`, so that a missed wake-up is a
+/// wait that ends in `SHMEM_WAIT_TIMEOUT`'s error instead of a late poll.
+fn flag_ring(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let rounds: i64 = std::env::var("RING_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let payload = pe.calloc::<i64>(8)?;
+    let flag = pe.calloc::<i64>(1)?;
+    let (r, l) = (right(me, n), left(me, n));
+    pe.barrier_all()?;
+    let pass = |round: i64| -> Result<()> {
+        pe.put(&payload, &[round * 100 + me as i64; 8], r)?;
+        pe.fence()?;
+        pe.p(flag.at(0)?, round, r)
+    };
+    let receive = |round: i64| -> Result<()> {
+        pe.wait_until(flag.at(0)?, Cmp::Ge, round)?;
+        let got = pe.read_local(&payload)?;
+        check!(
+            me,
+            got == vec![round * 100 + l as i64; 8],
+            "round {round}: got {got:?}"
+        );
+        Ok(())
+    };
+    for round in 1..=rounds {
+        if me == 0 {
+            pass(round)?;
+            receive(round)?;
+        } else {
+            receive(round)?;
+            pass(round)?;
+        }
+    }
+    pe.barrier_all()
+}
+
 /// PE 1 ends the whole job with status 5 while the others wait in a barrier.
 fn global_exit(pe: &Shmem) -> Result<()> {
     pe.barrier_all()?;
@@ -1528,8 +1571,26 @@ fn global_exit(pe: &Shmem) -> Result<()> {
     ))
 }
 
+/// `TEST_MEMBARRIER_ODD_OFF=1`: PEs with an odd rank (as the launcher
+/// numbers them) start with `SHMEM_WAIT_MEMBARRIER=0`, so that a job mixes
+/// processes whose waiters issue the membarrier with processes whose
+/// waiters do not (and whose heaps make every writer fence).
+fn opt_out_on_odd_ranks() {
+    if std::env::var("TEST_MEMBARRIER_ODD_OFF").as_deref() != Ok("1") {
+        return;
+    }
+    let rank = ["SHMEM_RANK", "RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok());
+    if rank.is_some_and(|r| r % 2 == 1) {
+        // Still single-threaded: nothing else reads the environment yet.
+        std::env::set_var("SHMEM_WAIT_MEMBARRIER", "0");
+    }
+}
+
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();
+    opt_out_on_odd_ranks();
     let pe = match shmem::init() {
         Ok(p) => p,
         Err(e) => {
@@ -1561,6 +1622,7 @@ fn main() {
         "handles" => handles(&pe),
         "instances" => instances(&pe),
         "quiet_sleepers" => quiet_sleepers(&pe),
+        "flag_ring" => flag_ring(&pe),
         other => Err(Error::invalid(
             "scenario",
             format!("unknown scenario {other:?}"),
