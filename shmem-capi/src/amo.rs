@@ -6,10 +6,11 @@
 use std::ffi::{c_int, c_long, c_ulong};
 
 use shmem::{AtomicElement, Error, Result};
+use shmem_core::loadstore;
 use shmem_core::transport::{AmoOp, AmoWidth};
 
 use crate::rma::with_ctx;
-use crate::{ffi, CtxHandle, State, CTX_DEFAULT};
+use crate::{ffi, state, CtxHandle, State, CTX_DEFAULT};
 
 impl State {
     /// Atomic `op` on `target` on `pe` (numbered by `ctx`); the old value.
@@ -39,12 +40,18 @@ fn amo_t<T: AtomicElement>(
     make: impl Fn(u64, u64) -> AmoOp,
     pe: c_int,
 ) -> T {
+    let w = T::WIDTH.bytes();
+    // The load/store case, outside the panic guard (see `state::load_store`).
+    if let Some((base, off)) = state::load_store(ctx, pe, target.cast(), w, w, false) {
+        // SAFETY: an aligned word in `pe`'s mapped heap (checked).
+        return T::from_bits(unsafe { loadstore::atomic(base, off, T::WIDTH, make(a, b)) });
+    }
     // `move`: the operands travel by value, not as pointers to the
     // caller's stack that the body would load through.
     ffi(name, move |st| {
         let op = make(a, b);
-        // The common case: a heap word in world numbering (the runtime
-        // checks range and alignment).
+        // A heap word in world numbering (the runtime checks range and
+        // alignment).
         if let Some(off) = st.fast_heap_offset(ctx, target.cast()) {
             let pe = st.target_pe(ctx, pe)?;
             return st.rt.atomic_raw(pe, off, T::WIDTH, op).map(T::from_bits);
@@ -66,6 +73,12 @@ fn post_t<T: AtomicElement>(
     make: impl Fn(u64) -> AmoOp,
     pe: c_int,
 ) {
+    let w = T::WIDTH.bytes();
+    if let Some((base, off)) = state::load_store(ctx, pe, target.cast(), w, w, false) {
+        // SAFETY: as in `amo_t`.
+        unsafe { loadstore::atomic(base, off, T::WIDTH, make(a)) };
+        return;
+    }
     ffi(name, move |st| {
         let op = make(a);
         if let Some(off) = st.fast_heap_offset(ctx, target.cast()) {

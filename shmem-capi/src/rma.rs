@@ -4,9 +4,10 @@
 use std::ffi::{c_int, c_long, c_ulong};
 
 use shmem::{Error, PeId, Result, SignalOp, SymRef, SymSlice};
+use shmem_core::loadstore;
 use shmem_core::transport::{AmoOp, AmoWidth};
 
-use crate::state::Sym;
+use crate::state::{self, Sym};
 use crate::{ffi, statics, CtxHandle, State, CTX_DEFAULT};
 
 /// `n` elements of `T` in bytes.
@@ -319,22 +320,70 @@ pub(crate) fn signal_op(sig_op: c_int) -> Result<SignalOp> {
 
 // ----- generic bodies of the typed entry points ------------------------------
 
+/// [`state::load_store`] for a copy of `n` elements of `T` at symmetric
+/// `addr` to or from a local buffer (`local_ok`: its pointer is not NULL):
+/// the target's mapped heap, the heap offset and the length in bytes.
+#[inline(always)]
+fn direct_copy<T>(
+    ctx: CtxHandle,
+    pe: c_int,
+    addr: *const T,
+    local_ok: bool,
+    n: usize,
+    nbi: bool,
+) -> Option<(*mut u8, usize, usize)> {
+    let len = n.checked_mul(size_of::<T>())?;
+    if !local_ok {
+        return None;
+    }
+    let (base, off) = state::load_store(ctx, pe, addr.cast(), len, 1, nbi)?;
+    Some((base, off, len))
+}
+
+// Each body first tries the load/store case, outside the panic guard
+// (`state::load_store` says what may run there), and otherwise makes the
+// checked call, which also words every error.
+#[inline(always)]
 unsafe fn put_t<T>(ctx: CtxHandle, dest: *mut T, src: *const T, n: usize, pe: c_int) {
+    if let Some((base, off, len)) = direct_copy(ctx, pe, dest, !src.is_null(), n, false) {
+        // SAFETY: `[off, off + len)` lies in `pe`'s mapped heap (checked);
+        // the C caller passes `len` readable bytes at `src`.
+        unsafe { loadstore::put(base, off, src.cast(), len) };
+        return;
+    }
     ffi("shmem_put", move |st| {
         st.put(ctx, dest.cast(), src.cast(), bytes::<T>(n)?, pe, false)
     })
 }
+#[inline(always)]
 unsafe fn get_t<T>(ctx: CtxHandle, dest: *mut T, src: *const T, n: usize, pe: c_int) {
+    if let Some((base, off, len)) = direct_copy(ctx, pe, src, !dest.is_null(), n, false) {
+        // SAFETY: as in `put_t`, with `len` writable bytes at `dest`.
+        unsafe { loadstore::copy_small_or(base.add(off), dest.cast(), len) };
+        return;
+    }
     ffi("shmem_get", move |st| {
         st.get(ctx, dest.cast(), src.cast(), bytes::<T>(n)?, pe, false)
     })
 }
+#[inline(always)]
 unsafe fn put_nbi_t<T>(ctx: CtxHandle, dest: *mut T, src: *const T, n: usize, pe: c_int) {
+    if let Some((base, off, len)) = direct_copy(ctx, pe, dest, !src.is_null(), n, true) {
+        // SAFETY: as in `put_t` (a copy done inline is complete at once).
+        unsafe { loadstore::put(base, off, src.cast(), len) };
+        return;
+    }
     ffi("shmem_put_nbi", move |st| {
         st.put(ctx, dest.cast(), src.cast(), bytes::<T>(n)?, pe, true)
     })
 }
+#[inline(always)]
 unsafe fn get_nbi_t<T>(ctx: CtxHandle, dest: *mut T, src: *const T, n: usize, pe: c_int) {
+    if let Some((base, off, len)) = direct_copy(ctx, pe, src, !dest.is_null(), n, true) {
+        // SAFETY: as in `get_t`.
+        unsafe { loadstore::copy_small_or(base.add(off), dest.cast(), len) };
+        return;
+    }
     ffi("shmem_get_nbi", move |st| {
         st.get(ctx, dest.cast(), src.cast(), bytes::<T>(n)?, pe, true)
     })
@@ -435,17 +484,12 @@ unsafe fn put_signal_nbi_t<T>(
 }
 #[inline(always)]
 unsafe fn p_t<T: Copy>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
+    if let Some((base, off, len)) = direct_copy(ctx, pe, dest, true, 1, false) {
+        // SAFETY: as in `put_t`; `value` is a live `T` of `len` bytes.
+        unsafe { loadstore::put(base, off, (&value as *const T).cast(), len) };
+        return;
+    }
     ffi("shmem_p", |st| {
-        // The common case, with the element's size known to the compiler:
-        // a heap word, world numbering, no debug checks.
-        if let Some(off) = st.fast_heap_offset(ctx, dest.cast()) {
-            let pe = st.target_pe(ctx, pe)?;
-            // SAFETY: `value` is a live `T` for this call.
-            let bytes = unsafe {
-                std::slice::from_raw_parts((&value as *const T).cast::<u8>(), size_of::<T>())
-            };
-            return st.rt.put_bytes(pe, off, bytes);
-        }
         st.put(
             ctx,
             dest.cast(),
@@ -458,19 +502,15 @@ unsafe fn p_t<T: Copy>(ctx: CtxHandle, dest: *mut T, value: T, pe: c_int) {
 }
 #[inline(always)]
 unsafe fn g_t<T: Copy + Default>(ctx: CtxHandle, src: *const T, pe: c_int) -> T {
+    let mut v = T::default();
+    if let Some((base, off, len)) = direct_copy(ctx, pe, src, true, 1, false) {
+        // SAFETY: as in `get_t`; `v` is a live, exclusively borrowed `T`.
+        unsafe { loadstore::copy_small_or(base.add(off), (&mut v as *mut T).cast(), len) };
+        return v;
+    }
     // The operands travel into the body by value (`move`), and the value
     // comes back as its result.
     ffi("shmem_g", move |st| {
-        let mut v = T::default();
-        if let Some(off) = st.fast_heap_offset(ctx, src.cast()) {
-            let pe = st.target_pe(ctx, pe)?;
-            // SAFETY: `v` is a live, exclusively borrowed `T`.
-            let bytes = unsafe {
-                std::slice::from_raw_parts_mut((&mut v as *mut T).cast::<u8>(), size_of::<T>())
-            };
-            st.rt.get_bytes(pe, off, bytes)?;
-            return Ok(v);
-        }
         st.get(
             ctx,
             (&mut v as *mut T).cast(),

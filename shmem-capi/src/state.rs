@@ -62,6 +62,39 @@ pub(crate) fn current() -> std::result::Result<&'static State, ()> {
     Ok(unsafe { &*p })
 }
 
+/// The common case of a C call on the symmetric heap, decided with no
+/// error value built: the default context, no `SHMEM_DEBUG` checks, `addr`
+/// in this PE's heap, and the `len` bytes there (aligned to `align`) on a
+/// PE this PE reaches by load and store, with the job healthy
+/// ([`shmem_core::Runtime::load_store_span`]). Returns that PE's mapped
+/// heap and the heap offset; `None` sends the call down its checked path
+/// inside [`crate::ffi`], which does the same access or reports why not.
+///
+/// It runs outside `ffi`'s panic guard, and so must what callers do with
+/// its answer: comparisons, loads and stores, and `loadstore`'s copies and
+/// atomics, none of which can panic.
+#[inline(always)]
+pub(crate) fn load_store(
+    ctx: CtxHandle,
+    pe: c_int,
+    addr: *const u8,
+    len: usize,
+    align: usize,
+    nbi: bool,
+) -> Option<(*mut u8, usize)> {
+    if ctx != CTX_DEFAULT {
+        return None;
+    }
+    let st = current().ok()?;
+    if st.debug {
+        return None;
+    }
+    let pe = usize::try_from(pe).ok()?;
+    let off = st.rt.offset_of(addr)?;
+    let base = st.rt.load_store_span(pe, off, len, align, nbi)?;
+    Some((base.as_ptr(), off))
+}
+
 /// Set when the process is ending through `shmem_global_exit` or a fatal
 /// error: no implicit finalize at exit then.
 static LEAVING: AtomicBool = AtomicBool::new(false);

@@ -250,6 +250,41 @@ impl Runtime {
         self.direct(pe)
     }
 
+    /// `pe`'s mapped heap when `len` bytes at heap `offset` may be accessed
+    /// right now by this PE's own loads and stores, with nothing more to
+    /// check: no PE is known dead and the runtime is not finalized, the
+    /// range is not empty and lies in the heap past its reserved first
+    /// page, it is aligned to `align` bytes, and `pe`'s route is load and
+    /// store (as in [`Runtime::load_store_base`]). With `nbi`, also that a
+    /// non-blocking copy of `len` bytes would be done inline rather than
+    /// on an asynchronous engine. `None`: make the checked call, which
+    /// does the same or says why not.
+    ///
+    /// For front ends whose every call should cost what a function call
+    /// costs (the C ABI): the access is then [`crate::loadstore`]'s, the
+    /// same the checked call makes, with no error value built or returned.
+    #[inline(always)]
+    pub fn load_store_span(
+        &self,
+        pe: PeId,
+        offset: usize,
+        len: usize,
+        align: usize,
+        nbi: bool,
+    ) -> Option<NonNull<u8>> {
+        let end = offset.checked_add(len)?;
+        if self.health.word() != 0
+            || len == 0
+            || end > self.size
+            || offset < crate::heap::RESERVED_BYTES
+            || !offset.is_multiple_of(align.max(1))
+            || (nbi && len >= self.async_threshold)
+        {
+            return None;
+        }
+        self.direct(pe)
+    }
+
     /// What this PE is blocked in, for the hang report (collectives record
     /// their calls here).
     pub fn activity(&self) -> &Activity {
