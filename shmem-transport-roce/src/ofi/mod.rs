@@ -82,6 +82,12 @@
 //! messages too. Every PE must agree on using them (checked at set-up).
 //! The target acknowledges before it wakes its waiters, so that a PE that
 //! exits right after its wait does not take the acknowledgement along.
+//! An acknowledgement still queued when the target sends the sender a
+//! signal message of its own rides in that message (8 bytes after the
+//! data, where it still fits an inject): the answer of a put-with-signal
+//! ping-pong acknowledges what it answers, one message per hop instead of
+//! two (8-byte ping-pong over `tcp;ofi_rxm`, five interleaved runs: 8.7
+//! -> 8.2 us per hop at the median).
 //! Without a fence, two signal messages from one PE may be applied in
 //! either order (two threads may drain the completion queue at once), as
 //! OpenSHMEM allows. With `SHMEM_ROCE_OFI_SIGNAL_MSG=0` the data goes as a
@@ -134,6 +140,11 @@ pub const SIGNAL_MSG_MAX: usize = 512;
 /// Signal message flag: the data follows the header (else `dst`/`len`
 /// only name bytes an earlier write delivered, for the wake).
 const SIGNAL_INLINE: u64 = 1;
+/// Signal message flag: after the data (or the header) comes the id of a
+/// signal message the target sent this PE, acknowledged by this one (the
+/// answer of a ping-pong then carries the acknowledgement of what it
+/// answers, one message instead of two).
+const SIGNAL_ACK: u64 = 2;
 /// Blocking puts copy their source into a bounce buffer (so they return at
 /// once); this many bytes of bounce buffers may be in flight.
 const BOUNCE_LIMIT: usize = 64 << 20;
@@ -1040,6 +1051,12 @@ impl Inner {
         let (id, dst, len, sig, value) = (w(1), w(2), w(3), w(4), w(5));
         let heap = self.heap_size as u64;
         let inline = flags & SIGNAL_INLINE != 0;
+        if flags & SIGNAL_ACK != 0 {
+            let at = SIGNAL_HEADER + if inline { len as usize } else { 0 };
+            if at + 8 <= RX_LEN {
+                self.finish(le_word(&b[at..], 0), 0, None);
+            }
+        }
         // Below RESERVED_BYTES lives the heap's control block, which no
         // operation of the API may write.
         let low = shmem_core::heap::RESERVED_BYTES as u64;
@@ -1142,6 +1159,19 @@ impl Inner {
         if !self.hot.load(Ordering::SeqCst) {
             self.flush_acks();
         }
+    }
+
+    /// Takes a queued acknowledgement owed to `pe`, for a message to `pe`
+    /// that carries it ([`SIGNAL_ACK`]).
+    fn take_ack(&self, pe: PeId) -> Option<u64> {
+        if self.acks_queued.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let mut q = self.acks.lock().unwrap_or_else(|e| e.into_inner());
+        let at = q.iter().position(|&(p, _)| p == pe)?;
+        let (_, id) = q.remove(at)?;
+        self.acks_queued.fetch_sub(1, Ordering::SeqCst);
+        Some(id)
     }
 
     /// Sends the acknowledgements queued by [`Inner::send_ack`] and
@@ -2346,7 +2376,17 @@ impl Ofi {
             SignalOp::Set => 1,
             SignalOp::Add => 2,
         };
-        let flags = if inline.is_some() { SIGNAL_INLINE } else { 0 };
+        let mut flags = if inline.is_some() { SIGNAL_INLINE } else { 0 };
+        // An acknowledgement owed to `pe` rides along when the message
+        // still fits an inject and a receive buffer.
+        let ack = if total + 8 <= i.inject_size.min(RX_LEN) {
+            i.take_ack(pe)
+        } else {
+            None
+        };
+        if ack.is_some() {
+            flags |= SIGNAL_ACK;
+        }
         let head = SIGNAL_TAG | op_code << 16 | flags << 24 | (i.my_pe as u64) << 32;
         let mut m = [0u8; RX_LEN];
         let words = [head, ctx.id, dst as u64, len as u64, sig as u64, value];
@@ -2354,6 +2394,13 @@ impl Ofi {
             m[k * 8..k * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
         m[SIGNAL_HEADER..total].copy_from_slice(data);
+        let total = match ack {
+            Some(a) => {
+                m[total..total + 8].copy_from_slice(&a.to_le_bytes());
+                total + 8
+            }
+            None => total,
+        };
         let ep = i.raw.ep;
         let r = if total <= i.inject_size {
             let id = ctx.id;
