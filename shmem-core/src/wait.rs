@@ -915,6 +915,39 @@ mod tests {
         assert_eq!(cb.watch_all.load(Ordering::SeqCst), 0);
     }
 
+    /// A thread that, for rounds 1 to `rounds`, waits with `p` until
+    /// `words[i]` reaches the round (watching its 8 bytes at `64 * (i + 1)`)
+    /// and then stores the round in `acks[i]`; a wait that times out is
+    /// reported as the missed wake-up it is.
+    fn round_waiter(
+        cb: &Arc<ControlBlock>,
+        words: &Arc<Vec<AtomicU64>>,
+        acks: &Arc<Vec<AtomicU64>>,
+        i: usize,
+        rounds: u64,
+        p: WaitPolicy,
+    ) -> std::thread::JoinHandle<Result<(), String>> {
+        let (cb, words, acks) = (cb.clone(), words.clone(), acks.clone());
+        std::thread::spawn(move || {
+            for r in 1..=rounds {
+                // SAFETY: the control block lives in the Arc.
+                unsafe {
+                    wait_until(
+                        &*cb,
+                        p,
+                        Span::bytes(64 * (i + 1), 8),
+                        || words[i].load(Ordering::Acquire) >= r,
+                        || Ok::<(), ()>(()),
+                        |_| (),
+                    )
+                }
+                .map_err(|()| format!("waiter {i}: round {r} missed its wake-up"))?;
+                acks[i].store(r, Ordering::Release);
+            }
+            Ok(())
+        })
+    }
+
     /// Several waiters on neighbouring words and writers that hit them in
     /// random order: every wait must end (no lost wake-up), for many rounds.
     #[test]
@@ -925,33 +958,14 @@ mod tests {
         let words: Arc<Vec<AtomicU64>> =
             Arc::new((0..WAITERS).map(|_| AtomicU64::new(0)).collect());
         let acks: Arc<Vec<AtomicU64>> = Arc::new((0..WAITERS).map(|_| AtomicU64::new(0)).collect());
+        // Short spin so most rounds go to sleep.
+        let p = policy(
+            Duration::ZERO,
+            Duration::from_secs(5),
+            Some(Duration::from_secs(60)),
+        );
         let waiters: Vec<_> = (0..WAITERS)
-            .map(|i| {
-                let (cb, words, acks) = (cb.clone(), words.clone(), acks.clone());
-                std::thread::spawn(move || {
-                    // Short spin so most rounds go to sleep.
-                    let p = policy(
-                        Duration::ZERO,
-                        Duration::from_secs(5),
-                        Some(Duration::from_secs(60)),
-                    );
-                    for r in 1..=ROUNDS {
-                        // SAFETY: the control block lives in the Arc above.
-                        unsafe {
-                            wait_until(
-                                &*cb,
-                                p,
-                                Span::bytes(64 * (i + 1), 8),
-                                || words[i].load(Ordering::SeqCst) >= r,
-                                || Ok::<(), ()>(()),
-                                |_| (),
-                            )
-                        }?;
-                        acks[i].store(r, Ordering::SeqCst);
-                    }
-                    Ok::<(), ()>(())
-                })
-            })
+            .map(|i| round_waiter(&cb, &words, &acks, i, ROUNDS, p))
             .collect();
         // Two writers: one bumps the words, one writes next to them.
         let noise = {
@@ -982,10 +996,7 @@ mod tests {
             }
         }
         for w in waiters {
-            assert!(
-                w.join().unwrap().is_ok(),
-                "a waiter timed out: lost wake-up"
-            );
+            w.join().unwrap().unwrap();
         }
         noise.1.store(1, Ordering::Relaxed);
         noise.0.join().unwrap();
@@ -1006,30 +1017,10 @@ mod tests {
         let words: Arc<Vec<AtomicU64>> =
             Arc::new((0..WAITERS).map(|_| AtomicU64::new(0)).collect());
         let acks: Arc<Vec<AtomicU64>> = Arc::new((0..WAITERS).map(|_| AtomicU64::new(0)).collect());
+        let long = Duration::from_secs(20);
+        let p = policy(Duration::ZERO, long, Some(long));
         let waiters: Vec<_> = (0..WAITERS)
-            .map(|i| {
-                let (cb, words, acks) = (cb.clone(), words.clone(), acks.clone());
-                std::thread::spawn(move || {
-                    let long = Duration::from_secs(20);
-                    let p = policy(Duration::ZERO, long, Some(long));
-                    for r in 1..=ROUNDS {
-                        // SAFETY: the control block lives in the Arc above.
-                        unsafe {
-                            wait_until(
-                                &*cb,
-                                p,
-                                Span::bytes(64 * (i + 1), 8),
-                                || words[i].load(Ordering::Relaxed) >= r,
-                                || Ok::<(), ()>(()),
-                                |_| (),
-                            )
-                        }
-                        .map_err(|()| format!("waiter {i}: round {r} missed its wake-up"))?;
-                        acks[i].store(r, Ordering::Release);
-                    }
-                    Ok::<(), String>(())
-                })
-            })
+            .map(|i| round_waiter(&cb, &words, &acks, i, ROUNDS, p))
             .collect();
         // Two writers, two words each, in lockstep with the acks so that
         // the waiters are asleep (or falling asleep) when the words change.
