@@ -284,6 +284,24 @@ pub fn setup_light_writes(allow: bool) -> bool {
     true
 }
 
+/// A registered process's membarrier failed (it should not): from now on
+/// this process's writers fence, and so do all writers of the heap `cb`
+/// belongs to; a wake-up missed before that is one poll late
+/// (`WaitPolicy::poll`), never lost.
+#[cold]
+fn membarrier_failed(cb: &ControlBlock) {
+    let e = std::io::Error::last_os_error();
+    WRITES.store(WRITES_FENCED, Ordering::SeqCst);
+    cb.strict.store(1, Ordering::SeqCst);
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::SeqCst) {
+        crate::shmem_log!(
+            Warn,
+            "membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) failed ({e}); writes fence from now on"
+        );
+    }
+}
+
 /// Whether this process's writers skip the full fence before reading a
 /// heap's `waiters` (for heaps that are not strict), and whether its
 /// waiters issue a membarrier before they sleep: for `SHMEM_INFO`.
@@ -603,10 +621,9 @@ pub unsafe fn wait_until<E>(
     cb.waiters.fetch_add(1, Ordering::SeqCst);
     // The waiter's side of the asymmetric fence (module docs): after this,
     // every writer that skipped its fence either sees `waiters` or has its
-    // data visible to the first check below. (It cannot fail once
-    // registered; if it did, the poll below still bounds a missed wake-up.)
-    if REGISTERED.load(Ordering::Relaxed) {
-        membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED);
+    // data visible to the first check below.
+    if REGISTERED.load(Ordering::Relaxed) && !membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) {
+        membarrier_failed(cb);
     }
     // When it first slept (a condition met before then is no verdict on
     // the spin window).
@@ -1049,6 +1066,41 @@ mod tests {
             w.join().unwrap().unwrap();
         }
         assert_eq!(cb.waiters.load(Ordering::SeqCst), 0);
+    }
+
+    /// What a failed membarrier leaves: writers of this process fence, and
+    /// the heap the waiter slept on is strict for every writer.
+    #[test]
+    fn a_failed_membarrier_makes_writes_fence() {
+        let cb = ControlBlock::new();
+        membarrier_failed(&cb);
+        assert_eq!(cb.strict.load(Ordering::SeqCst), 1);
+        assert!(!light_writes().0);
+        // Fenced writers still wake their sleepers.
+        let flag = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                let long = Duration::from_secs(20);
+                // SAFETY: `cb` outlives the scope.
+                unsafe {
+                    wait_until(
+                        &cb,
+                        policy(Duration::ZERO, long, Some(long)),
+                        Span::bytes(4096, 8),
+                        || flag.load(Ordering::Acquire) == 1,
+                        || Ok::<(), ()>(()),
+                        |_| (),
+                    )
+                }
+            });
+            while cb.waiters.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            flag.store(1, Ordering::Relaxed);
+            // SAFETY: live control block.
+            unsafe { ring(&cb, &[Span::bytes(4096, 8)]) };
+            assert!(t.join().unwrap().is_ok());
+        });
     }
 
     #[test]
