@@ -697,17 +697,16 @@ fn kill_in_wait(pe: &Shmem) -> Result<()> {
     let left = pe.calloc::<u64>(1)?;
     pe.barrier_all()?;
     // PE 1 dies only once every other PE has left the barrier (each says so
-    // with a blocking atomic on PE 1): a PE still in it could otherwise see
-    // the death there, before the wait this scenario is about. The pause
-    // lets the atomics' replies leave PE 1's sockets before it dies.
+    // with a signal to PE 1): a PE still in it could otherwise see the
+    // death there, before the wait this scenario is about. A signal returns
+    // once posted, so no reply of PE 1's is lost with it.
     if me == 1 {
         let others = pe.n_pes() as u64 - 1;
-        pe.wait_until(left.at(0)?, Cmp::Eq, others)?;
-        std::thread::sleep(Duration::from_millis(100));
+        pe.signal_wait_until(left.at(0)?, Cmp::Ge, others)?;
         // SAFETY: raising SIGKILL on ourselves.
         unsafe { libc::raise(libc::SIGKILL) };
     }
-    pe.atomic_fetch_add(left.at(0)?, 1, 1)?;
+    pe.signal_op(left.at(0)?, 1, SignalOp::Add, 1)?;
     let t = Instant::now();
     let r = pe.signal_wait_until(sig.at(0)?, Cmp::Eq, 1);
     let dt = t.elapsed();
