@@ -168,6 +168,14 @@ pub enum Error {
         /// Its message.
         message: String,
     },
+    /// A wait ended because the check a binding installed with
+    /// [`crate::wait::interruptible`] asked it to (a signal handler raised
+    /// in Python); the call that waited did not complete.
+    #[error("interrupted while it waited: {what} did not complete")]
+    Interrupted {
+        /// What was waiting.
+        what: String,
+    },
     /// A bootstrap operation did not complete in time.
     #[error("timed out after {secs:.1}s: {what}")]
     Timeout {

@@ -545,6 +545,36 @@ pub struct WaitPolicy {
     pub timeout: Option<Duration>,
 }
 
+thread_local! {
+    /// The check [`interruptible`] installed for this thread's waits.
+    static INTERRUPT: std::cell::Cell<Option<fn() -> bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with `check` consulted by every wait on symmetric memory that
+/// this thread makes inside it, each time the wait is about to sleep (once
+/// it has spun, then after every sleep: at least every `SHMEM_WAIT_POLL`),
+/// never on the fast path. A wait whose `check` returns true ends with
+/// [`crate::Error::Interrupted`], and so does the call that made it: a
+/// binding that runs blocking calls on the thread that takes signals (Python's
+/// main thread) lets a signal handler end them this way. Nests: the outer
+/// check comes back when `f` returns or unwinds.
+pub fn interruptible<R>(check: fn() -> bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<fn() -> bool>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            INTERRUPT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(INTERRUPT.with(|c| c.replace(Some(check))));
+    f()
+}
+
+/// Whether the check [`interruptible`] installed on this thread (if any)
+/// asks the current wait to end.
+pub fn interrupt_requested() -> bool {
+    INTERRUPT.with(|c| c.get()).is_some_and(|check| check())
+}
+
 /// Polls of a spinning wait before it first reads the clock.
 const FIRST_BURST: u32 = 64;
 

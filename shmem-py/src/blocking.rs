@@ -1,18 +1,32 @@
 //! Blocking calls that Ctrl-C can interrupt.
 //!
-//! A blocking library call (a wait, a barrier, a collective, init,
-//! synchronisation) runs on a worker thread while the calling thread waits
-//! for it in slices of [`SLICE`] with the GIL released, running Python's
-//! signal handlers between slices. A `KeyboardInterrupt` (or any exception
-//! a handler raises) propagates at once; the call itself is abandoned to
-//! its worker:
+//! Two ways, both only on Python's main thread (the one whose signal
+//! handlers run) and unless `SHMEM_PY_INTERRUPTIBLE=0`:
 //!
-//! * a wait keeps watching its variable until the condition holds, the job
-//!   ends, or the process exits (it changes nothing);
-//! * a collective (barrier, allocation, free, reductions, init, finalize)
-//!   still completes when the other PEs take part, and every later ordered
-//!   call of this process runs after it ([`run_ordered`]), so the PEs stay
-//!   in step: retrying the call would run it twice.
+//! * In place ([`run_waiting`], [`run_ordered_waiting`]): calls that block
+//!   only in the core's waits on symmetric memory (waits, signal waits,
+//!   barriers, collectives) run on the calling thread with the GIL
+//!   released, and their waits run Python's signal handlers each time they
+//!   are about to sleep ([`shmem_core::wait::interruptible`]): never on
+//!   the fast path, and at least every `SHMEM_WAIT_POLL` while they sleep.
+//!   An exception a handler raises (`KeyboardInterrupt`) ends the call. A
+//!   wait changed nothing; a collective (or barrier) stopped half way on
+//!   this PE, so its instance is out of step with the other PEs and its
+//!   later collectives raise ([`check_in_step`]) until it is finalized.
+//!   `SHMEM_PY_HAND_OFF=1` hands these calls off as below instead.
+//! * Handed off ([`run`], [`run_ordered`]): the other blocking calls (init,
+//!   allocation and free, finalize, stream and handle synchronisation,
+//!   a quiet that waits for a remote engine), which can block outside those
+//!   waits, run on a worker thread while the calling thread waits for it in
+//!   slices of [`SLICE`] with the GIL released, running Python's signal
+//!   handlers between slices. An exception a handler raises propagates at
+//!   once; the call itself is abandoned to its worker:
+//!   - a wait keeps watching its variable until the condition holds, the
+//!     job ends, or the process exits (it changes nothing);
+//!   - a collective (barrier, allocation, free, reductions, init, finalize)
+//!     still completes when the other PEs take part, and every later
+//!     ordered call of this process runs after it ([`run_ordered`]), so
+//!     the PEs stay in step: retrying the call would run it twice.
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender, TryRecvError};
@@ -34,7 +48,80 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 static IDLE: Mutex<Vec<Sender<Job>>> = Mutex::new(Vec::new());
 
 /// Serialises the collectives of each instance (see the module docs).
-static ORDER: Mutex<BTreeMap<u32, Arc<Mutex<()>>>> = Mutex::new(BTreeMap::new());
+static ORDER: Mutex<BTreeMap<u32, Arc<Order>>> = Mutex::new(BTreeMap::new());
+
+/// The order of an instance's collectives in this process: each call takes
+/// a ticket on the calling thread when it starts, so the order is the
+/// order of the calls whichever thread (a worker, or the caller) runs them.
+#[derive(Default)]
+struct Order {
+    /// (next ticket to hand out, ticket whose call may run now, threads
+    /// waiting for their turn).
+    state: Mutex<(u64, u64, u32)>,
+    turn: std::sync::Condvar,
+}
+
+impl Order {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, u64, u32)> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A ticket, and whether its turn is now (no earlier call pending).
+    fn take(self: &Arc<Self>) -> (Ticket, bool) {
+        let mut st = self.lock();
+        let t = st.0;
+        st.0 += 1;
+        (
+            Ticket {
+                order: self.clone(),
+                number: t,
+            },
+            st.1 == t,
+        )
+    }
+}
+
+/// A place in an [`Order`]; dropping it (the call ended, or unwound) lets
+/// the next call run.
+struct Ticket {
+    order: Arc<Order>,
+    number: u64,
+}
+
+impl Ticket {
+    /// Blocks until every earlier call of the order has ended.
+    fn wait_turn(&self) {
+        drop(self.turn());
+    }
+
+    /// [`Ticket::wait_turn`], returning the order's state locked.
+    fn turn(&self) -> std::sync::MutexGuard<'_, (u64, u64, u32)> {
+        let mut st = self.order.lock();
+        if st.1 != self.number {
+            st.2 += 1;
+            while st.1 != self.number {
+                st = self.order.turn.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            st.2 -= 1;
+        }
+        st
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        // A ticket whose call never ran (its job was never submitted)
+        // still passes the turn on once it is its own.
+        let mut st = self.turn();
+        st.1 += 1;
+        let waiting = st.2 > 0;
+        drop(st);
+        // Only when someone waits: a notification is a system call.
+        if waiting {
+            self.order.turn.notify_all();
+        }
+    }
+}
 
 fn idle() -> std::sync::MutexGuard<'static, Vec<Sender<Job>>> {
     IDLE.lock().unwrap_or_else(|p| p.into_inner())
@@ -105,27 +192,42 @@ shmem_core::config_var!(
     "SHMEM_PY_INTERRUPTIBLE",
     bool,
     "1",
-    "Python: a blocking call on the main thread runs on a worker thread so that Ctrl-C interrupts it; 0 runs it on the calling thread (faster, not interruptible); other threads always run their calls in place"
+    "Python: Ctrl-C (a signal handler's exception) interrupts blocking calls on the main thread; 0 runs every call to its end on the calling thread (other threads always do)"
 );
 
-/// Whether `SHMEM_PY_INTERRUPTIBLE=0` turned the hand-off off (read once;
-/// a value that does not parse keeps the default and fails init, which
-/// parses every variable).
-fn hand_off_disabled() -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OFF.get_or_init(|| {
-        shmem_core::Config::from_env()
-            .and_then(|c| c.var::<bool>("SHMEM_PY_INTERRUPTIBLE"))
-            .is_ok_and(|on| !on)
-    })
+shmem_core::config_var!(
+    "SHMEM_PY_HAND_OFF",
+    bool,
+    "0",
+    "Python: 1 runs waits, barriers and collectives of the main thread on a worker thread too, so that an interrupted collective completes later and its instance stays usable (costs microseconds per call); 0 runs them in place, their waits running signal handlers when they sleep"
+);
+
+/// A boolean variable of this module, read once (a value that does not
+/// parse keeps the default and fails init, which parses every variable).
+fn flag(name: &'static str, default: bool) -> bool {
+    shmem_core::Config::from_env()
+        .and_then(|c| c.var::<bool>(name))
+        .unwrap_or(default)
 }
 
-/// Whether a blocking call from this thread goes to a worker: only on
-/// Python's main thread (elsewhere no signal handler would run between
-/// slices, so the hand-off would buy nothing) and unless
+/// Whether `SHMEM_PY_INTERRUPTIBLE=0` turned interruption off.
+fn interruption_disabled() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| !flag("SHMEM_PY_INTERRUPTIBLE", true))
+}
+
+/// Whether `SHMEM_PY_HAND_OFF=1` asked for waits and collectives to be
+/// handed off too.
+fn hand_off_all() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| flag("SHMEM_PY_HAND_OFF", false))
+}
+
+/// Whether blocking calls from this thread are made interruptible: only on
+/// Python's main thread (elsewhere no signal handler runs) and unless
 /// `SHMEM_PY_INTERRUPTIBLE=0`.
 fn hands_off(py: Python<'_>) -> bool {
-    if hand_off_disabled() {
+    if interruption_disabled() {
         return false;
     }
     use std::sync::atomic::Ordering;
@@ -204,13 +306,14 @@ where
 /// Polls `ready` (a non-blocking test) on the calling thread, without the
 /// GIL, yielding the core in between, for a short while: a wait that is
 /// about to be satisfied then avoids the hand-off to a worker. `Ok(true)`
-/// when it was, `Ok(false)` when the caller should block through [`run`].
+/// when it was, `Ok(false)` when the caller should block through
+/// [`run_waiting`].
 pub(crate) fn poll_briefly<E: Send>(
     py: Python<'_>,
     ready: impl FnMut() -> Result<bool, E> + Send,
 ) -> Result<bool, E> {
-    if !hands_off(py) {
-        // [`run`] waits on this thread anyway.
+    if !hands_off(py) || !hand_off_all() {
+        // [`run_waiting`] waits on this thread anyway.
         return Ok(false);
     }
     let mut ready = ready;
@@ -231,19 +334,159 @@ pub(crate) fn poll_briefly<E: Send>(
 /// [`run`] for collectives of `instance`: runs after every ordered call of
 /// that instance this process started before, including interrupted ones
 /// still in progress.
+///
+/// # Errors
+/// A `ShmemError` when an interrupted call left the instance out of step
+/// (see [`check_in_step`]); the exception a signal handler raised.
 pub(crate) fn run_ordered<T, F>(py: Python<'_>, instance: u32, f: F) -> PyResult<T>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
-    let lock = ORDER
+    check_in_step(instance)?;
+    let (ticket, _) = order(instance).take();
+    run(py, move || {
+        ticket.wait_turn();
+        let out = f();
+        drop(ticket);
+        out
+    })
+}
+
+fn order(instance: u32) -> Arc<Order> {
+    ORDER
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .entry(instance)
         .or_default()
-        .clone();
-    run(py, move || {
-        let _order = lock.lock().unwrap_or_else(|p| p.into_inner());
-        f()
+        .clone()
+}
+
+thread_local! {
+    /// The exception a signal handler raised inside a wait of this thread.
+    static RAISED: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The check the core's waits make before they sleep in [`run_waiting`]:
+/// runs Python's signal handlers; true (end the wait) when one raised.
+fn signal_raised() -> bool {
+    Python::attach(|py| match py.check_signals() {
+        Ok(()) => false,
+        Err(e) => {
+            RAISED.with(|r| *r.borrow_mut() = Some(e));
+            true
+        }
     })
+}
+
+/// Runs `f` on this thread without the GIL, its sleeping waits running
+/// signal handlers (see the module docs). `Err(exception)` when a handler
+/// raised, else `f`'s result.
+fn in_place_interruptibly<T, F>(py: Python<'_>, f: F) -> PyResult<T>
+where
+    T: Send,
+    F: FnOnce() -> T + Send,
+{
+    RAISED.with(|r| r.borrow_mut().take());
+    let out = py.detach(|| shmem_core::wait::interruptible(signal_raised, f));
+    match RAISED.with(|r| r.borrow_mut().take()) {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Runs a call that blocks only in the core's waits on symmetric memory
+/// (a wait, a signal wait): in place on every thread, interruptibly on
+/// Python's main thread (see the module docs); handed off like [`run`]
+/// with `SHMEM_PY_HAND_OFF=1`. Interrupted, it changed nothing.
+pub(crate) fn run_waiting<T, F>(py: Python<'_>, f: F) -> PyResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    if !hands_off(py) {
+        return Ok(py.detach(f));
+    }
+    if hand_off_all() {
+        return run(py, f);
+    }
+    in_place_interruptibly(py, f)
+}
+
+/// Instances whose collective was interrupted half way on this PE, with
+/// what the interruption said.
+static OUT_OF_STEP: Mutex<BTreeMap<u32, String>> = Mutex::new(BTreeMap::new());
+
+fn out_of_step() -> std::sync::MutexGuard<'static, BTreeMap<u32, String>> {
+    OUT_OF_STEP.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Fails when a collective of `instance` was interrupted on this PE before
+/// it completed (in place, see the module docs): the other PEs may still
+/// be inside it, so a later collective would pair with the wrong call of
+/// theirs. Only finalize is left (then init again), or ending the process.
+pub(crate) fn check_in_step(instance: u32) -> PyResult<()> {
+    match out_of_step().get(&instance) {
+        None => Ok(()),
+        Some(why) => Err(error(format!(
+            "shmem instance {instance} is out of step with the other PEs: a collective call on \
+             this PE was interrupted before it completed ({why}), and the other PEs may still \
+             be inside it; only finalize (then init again) or ending the process is left for \
+             this instance (SHMEM_PY_HAND_OFF=1 lets interrupted collectives complete in the \
+             background instead)"
+        ))),
+    }
+}
+
+/// Forgets that `instance` was out of step (it is being finalized).
+pub(crate) fn forget_out_of_step(instance: u32) {
+    out_of_step().remove(&instance);
+}
+
+/// [`run_waiting`] for a collective of `instance` (a barrier, a
+/// reduction): in order with the instance's other collectives like
+/// [`run_ordered`]. Interrupted in place, it leaves the instance out of
+/// step ([`check_in_step`]). While an earlier call of the instance that
+/// an interrupt abandoned to a worker still runs, this one is handed off
+/// too (so that waiting for it stays interruptible).
+///
+/// # Errors
+/// As [`run_ordered`].
+pub(crate) fn run_ordered_waiting<T, F>(py: Python<'_>, instance: u32, f: F) -> PyResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    if hands_off(py) && hand_off_all() {
+        return run_ordered(py, instance, f);
+    }
+    check_in_step(instance)?;
+    let (ticket, now) = order(instance).take();
+    if !hands_off(py) {
+        return Ok(py.detach(move || {
+            ticket.wait_turn();
+            let out = f();
+            drop(ticket);
+            out
+        }));
+    }
+    if !now {
+        // An earlier call (one an interrupt abandoned to its worker) is
+        // still running: wait for it, and run this one, on a worker too.
+        return run(py, move || {
+            ticket.wait_turn();
+            let out = f();
+            drop(ticket);
+            out
+        });
+    }
+    let ran = in_place_interruptibly(py, move || {
+        let out = f();
+        drop(ticket);
+        out
+    });
+    if let Err(e) = &ran {
+        out_of_step().insert(instance, e.to_string());
+    }
+    ran
 }

@@ -119,6 +119,9 @@ pub(crate) fn init_env(py: Python<'_>, mem_size: Option<usize>, instance_id: u32
 pub(crate) fn finalize(py: Python<'_>, instance_id: Option<u32>) -> PyResult<()> {
     let sh = state::resolve(instance_id)?;
     let id = sh.instance();
+    // An instance an interrupted collective left out of step can still be
+    // finalized (see `blocking::check_in_step`).
+    crate::blocking::forget_out_of_step(id);
     let r = crate::blocking::run_ordered(py, id, move || {
         crate::streams::settle_detached(id)?;
         sh.finalize()

@@ -624,7 +624,7 @@ pub(crate) fn signal_wait(
     if let Ok(true) = quick {
         return Ok(Some(seen));
     }
-    crate::blocking::run(py, move || sh.signal_wait_until(sref, cmp, signal_val))?
+    crate::blocking::run_waiting(py, move || sh.signal_wait_until(sref, cmp, signal_val))?
         .map(Some)
         .map_err(with_context(|| {
             format!(

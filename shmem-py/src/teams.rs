@@ -172,7 +172,7 @@ pub(crate) fn team_split_strided(
     let (parent, sh) = resolve_team(parent)?;
     let c = coll(&sh);
     let cfg = config(num_contexts);
-    let t = blk(py, &sh, move || {
+    let t = blk_handed_off(py, &sh, move || {
         c.team_split_strided(&parent, start, stride, size, cfg)
     })?
     .map_err(with_context(|| {
@@ -194,7 +194,7 @@ pub(crate) fn team_split_2d(
     let (parent, sh) = resolve_team(parent)?;
     let c = coll(&sh);
     let cfg = config(num_contexts);
-    let (x, y) = blk(py, &sh, move || c.team_split_2d(&parent, xrange, cfg, cfg))?
+    let (x, y) = blk_handed_off(py, &sh, move || c.team_split_2d(&parent, xrange, cfg, cfg))?
         .map_err(with_context(|| format!("team_split_2d(xrange {xrange})")))?;
     Ok((
         Team {
@@ -210,7 +210,7 @@ pub(crate) fn team_split_2d(
 pub(crate) fn team_destroy(py: Python<'_>, team: &Bound<'_, Team>) -> PyResult<()> {
     let t = team.get();
     let (c, tm) = (coll(&t.sh), t.team.clone());
-    blk(py, &t.sh, move || c.team_destroy(tm))?.py()
+    blk_handed_off(py, &t.sh, move || c.team_destroy(tm))?.py()
 }
 
 /// Completes outstanding operations and synchronises the team (now, or in
@@ -486,10 +486,25 @@ pub(crate) fn kv_shuffle(
     }, Err(invalid(format!("kv_shuffle: elements of {size} bytes are not supported"))))
 }
 
-/// Runs a collective of `sh`'s instance interruptibly, in order with the
-/// instance's other collectives (see `blocking`).
+/// Runs a collective of `sh`'s instance in place and interruptibly, in
+/// order with the instance's other collectives (see `blocking`).
 /// The instance's default stream finishes first.
 fn blk<T, F>(py: Python<'_>, sh: &Shmem, f: F) -> PyResult<shmem::Result<T>>
+where
+    T: Send + 'static,
+    F: FnOnce() -> shmem::Result<T> + Send + 'static,
+{
+    let inst = sh.instance();
+    crate::blocking::run_ordered_waiting(py, inst, move || {
+        crate::streams::settle_detached(inst)?;
+        f()
+    })
+}
+
+/// [`blk`] for team creation and destruction (rare, and they allocate):
+/// handed off to a worker, so that an interrupted one still completes
+/// and the instance stays in step.
+fn blk_handed_off<T, F>(py: Python<'_>, sh: &Shmem, f: F) -> PyResult<shmem::Result<T>>
 where
     T: Send + 'static,
     F: FnOnce() -> shmem::Result<T> + Send + 'static,

@@ -71,7 +71,7 @@ where
             if !crate::blocking::poll_briefly(py, || sh.test(one, cmp, v))
                 .map_err(with_context(what))?
             {
-                crate::blocking::run(py, move || sh.wait_until(one, cmp, v))?
+                crate::blocking::run_waiting(py, move || sh.wait_until(one, cmp, v))?
                     .map_err(with_context(what))?;
             }
             Ok(py.None())
@@ -82,7 +82,7 @@ where
             .into_py_any(py),
         (Mode::All, false) => {
             let sh = sh.clone();
-            crate::blocking::run(py, move || {
+            crate::blocking::run_waiting(py, move || {
                 sh.wait_until_all_vector(ivars, owned_status.as_deref(), cmp, &vals)
             })?
             .map_err(with_context(what))?;
@@ -94,7 +94,7 @@ where
             .into_py_any(py),
         (Mode::Any, false) => {
             let sh = sh.clone();
-            crate::blocking::run(py, move || {
+            crate::blocking::run_waiting(py, move || {
                 sh.wait_until_any_vector(ivars, owned_status.as_deref(), cmp, &vals)
             })?
         }
@@ -106,7 +106,7 @@ where
             .into_py_any(py),
         (Mode::Some, false) => {
             let sh = sh.clone();
-            crate::blocking::run(py, move || {
+            crate::blocking::run_waiting(py, move || {
                 sh.wait_until_some_vector(ivars, owned_status.as_deref(), cmp, &vals)
             })?
         }

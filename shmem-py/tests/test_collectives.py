@@ -122,8 +122,18 @@ def mismatch(rank, n):
         shmem.fcollect(None, dst.numpy(np.int64), src.numpy(np.int64), 2 + rank)
     with pytest.raises(core.ShmemInvalid, match="holds 8 elements, the call needs 9"):
         shmem.broadcast(None, dst.numpy(np.int64)[:8], src.numpy(np.int64), 9)
-    with pytest.raises(core.ShmemInvalid, match="dest is int64 but source is float64"):
-        shmem.broadcast(None, dst.numpy(np.int64), src.numpy(np.float64))
+    for _ in range(2):  # the second time from the dtypes seen before (memory.rs)
+        with pytest.raises(core.ShmemInvalid, match="dest is int64 but source is float64"):
+            shmem.broadcast(None, dst.numpy(np.int64), src.numpy(np.float64))
+        with pytest.raises(core.ShmemInvalid, match="reduce needs typed arrays or dtype="):
+            shmem.reduce(None, dst.numpy(">i8")[:1], src.numpy(">i8")[:1], 1, "sum")
+    # Same size, other type: reduced as what it is.
+    f, i = src.numpy(np.float64)[:1], src.numpy(np.int64)[1:2]
+    f[:] = 0.5
+    i[:] = 3
+    shmem.reduce(None, dst.numpy(np.float64)[:1], f, 1, "sum")
+    shmem.reduce(None, dst.numpy(np.int64)[1:2], i, 1, "sum")
+    assert dst.numpy(np.float64)[0] == 0.5 * n and dst.numpy(np.int64)[1] == 3 * n
     shmem.barrier_all()  # still in step afterwards
     core.free(dst)
     core.free(src)
@@ -163,8 +173,8 @@ def test_kv_shuffle_on_numpy():
 
 
 def on_the_calling_thread(rank, n):
-    """Collectives, signal waits and a wait that times out, all run
-    without the worker hand-off (see ``blocking.rs``)."""
+    """Collectives, signal waits and a wait that times out (see
+    ``blocking.rs`` for how each mode runs them)."""
     from test_signals import signalled_ring
 
     assert collectives(rank, n)
@@ -201,11 +211,15 @@ def from_a_thread(rank, n):
     return out["ok"]
 
 
-@pytest.mark.parametrize("how", ["SHMEM_PY_INTERRUPTIBLE=0", "another thread"])
-def test_blocking_calls_without_the_worker_hand_off(how):
+@pytest.mark.parametrize("how", ["SHMEM_PY_INTERRUPTIBLE=0", "another thread", "SHMEM_PY_HAND_OFF=1"])
+def test_blocking_calls_in_every_mode(how):
+    """Every other test runs the default (waits and collectives in place,
+    interruptible); here the same calls without interruption, on a thread
+    other than the main one, and all handed off to worker threads."""
     env = {"SHMEM_WAIT_TIMEOUT": "2"}
     if how == "another thread":
         assert run_pes(from_a_thread, 3, env=env) == [True] * 3
     else:
-        env["SHMEM_PY_INTERRUPTIBLE"] = "0"
+        name, value = how.split("=")
+        env[name] = value
         assert run_pes(on_the_calling_thread, 3, env=env) == [True] * 3

@@ -165,9 +165,10 @@ def _interrupt_inside(call):
     return False
 
 
-def interrupted(rank, n):
-    sig = core.buffer(8)
-    go = core.buffer(8)
+def interrupted(rank, n, hand_off):
+    # PE 0's instance ends out of step in place, so nothing can be freed.
+    sig = core.buffer(8, except_on_del=hand_off)
+    go = core.buffer(8, except_on_del=hand_off)
     sig.numpy(np.uint64)[:] = 0
     go.numpy(np.uint64)[:] = 0
     core.barrier_all()
@@ -179,24 +180,55 @@ def interrupted(rank, n):
         s = core.create_stream()
         core.signal_wait(sig, 1, core.ComparisonType.CMP_EQ, stream=s)
         out["stream.synchronize"] = _interrupt_inside(s.synchronize)
-        # PE 1 enters the barrier only after PE 0 was interrupted in it; the
-        # interrupted barrier completes in the background, the next one runs after it.
-        out["barrier"] = _interrupt_inside(core.barrier_all)
+        # An allocation (handed off in every mode) that PE 1 joins only
+        # later: abandoned to its worker, it completes then. A barrier
+        # behind it is handed off too (so waiting for it stays
+        # interruptible), and the PEs stay in step.
+        out["malloc"] = _interrupt_inside(lambda: core.buffer(64, except_on_del=False))
+        out["barrier behind it"] = _interrupt_inside(core.barrier_all)
         shmem.signal_op(go, 1, core.SignalOp.SIGNAL_SET, 1)
+        core.barrier_all()  # pairs with PE 1's second
+        # PE 1 is not in the barrier: only the interrupt ends it here.
+        out["barrier"] = _interrupt_inside(core.barrier_all)
+        if not hand_off:
+            # Interrupted in place: this PE left the barrier half way, so
+            # its later collectives refuse to run (they would pair with the
+            # wrong call of PE 1's); puts, signals and waits still work.
+            for call in (core.barrier_all, lambda: core.free(go),
+                         lambda: shmem.reduce(shmem.TEAM_WORLD, go.numpy(np.int64), sig.numpy(np.int64), 1, "sum")):
+                with pytest.raises(core.ShmemError, match="out of step.*interrupted.*finalize"):
+                    call()
+            out["out of step"] = True
+        shmem.signal_op(go, 2, core.SignalOp.SIGNAL_SET, 1)
         shmem.signal_op(sig, 1, core.SignalOp.SIGNAL_SET, 0)  # lets the stream finish
         s.synchronize()
     else:
         shmem.signal_wait(go, 1, core.ComparisonType.CMP_EQ)
-        core.barrier_all()  # pairs with PE 0's interrupted barrier
-    core.barrier_all()
-    core.free(go)
-    core.free(sig)
+        core.buffer(64, except_on_del=False)  # pairs with PE 0's interrupted allocation
+        core.barrier_all()  # with its barrier behind it
+        core.barrier_all()
+        shmem.signal_wait(go, 2, core.ComparisonType.CMP_EQ)
+    if hand_off:
+        if rank == 1:
+            core.barrier_all()  # pairs with PE 0's barrier, which completes in the background
+        # The next one runs after it on PE 0.
+        core.barrier_all()
+        core.free(go)
+        core.free(sig)
+    # Else both finalize: PE 0's instance is out of step, and finalize
+    # still leaves the job.
     return out
 
 
-def test_blocking_calls_raise_keyboard_interrupt():
-    out = run_pes(interrupted, 2)
-    assert out[0] == {"signal_wait": True, "wait_until": True, "stream.synchronize": True, "barrier": True}
+@pytest.mark.parametrize("hand_off", [False, True], ids=["in place", "SHMEM_PY_HAND_OFF=1"])
+def test_blocking_calls_raise_keyboard_interrupt(hand_off):
+    env = {"SHMEM_PY_HAND_OFF": "1"} if hand_off else {}
+    out = run_pes(interrupted, 2, hand_off, env=env)
+    want = {"signal_wait": True, "wait_until": True, "stream.synchronize": True,
+            "malloc": True, "barrier behind it": True, "barrier": True}
+    if not hand_off:
+        want["out of step"] = True
+    assert out[0] == want
 
 
 def interrupted_init(rank, n, uid):

@@ -161,7 +161,16 @@ impl Runtime {
                     in_call.get_or_insert_with(|| {
                         self.activity.enter_waiting("wait_until", 0, location)
                     });
-                    bs.check_peers()
+                    bs.check_peers()?;
+                    if wait::interrupt_requested() {
+                        return Err(Error::Interrupted {
+                            what: match peer {
+                                Some(pe) => format!("a wait on PE {pe}'s symmetric memory"),
+                                None => "a wait on symmetric memory".to_string(),
+                            },
+                        });
+                    }
+                    Ok(())
                 },
                 |d| {
                     let mut what = match peer {
