@@ -455,6 +455,8 @@ fn local_as(obj: &Bound<'_, PyAny>, arg: &str, writable: bool, typed: bool) -> P
                     keep: Keep::Raw(x),
                 });
             }
+        } else if let Some(l) = typed_ndarray(obj, writable, arg)? {
+            return Ok(l);
         }
         let buf = PyUntypedBuffer::get(obj)
             .map_err(|e| invalid(format!("`{arg}`: cannot read its memory: {e}")))?;
@@ -472,6 +474,9 @@ fn local_as(obj: &Bound<'_, PyAny>, arg: &str, writable: bool, typed: bool) -> P
             )));
         }
         let dtype = buf.format().to_str().ok().and_then(Dtype::from_format);
+        if typed {
+            learn_dtype(obj, dtype);
+        }
         let (addr, len) = (buf.buf_ptr() as usize, buf.len_bytes());
         check_not_stale(obj, array_owner(obj), addr, len, arg)?;
         return Ok(Local {
@@ -490,6 +495,90 @@ fn local_as(obj: &Bound<'_, PyAny>, arg: &str, writable: bool, typed: bool) -> P
          bytes, bytearray, memoryview) or a contiguous CPU torch tensor, not {}",
         describe_type(obj)
     )))
+}
+
+/// `numpy.ndarray`, once an array has been seen (numpy is imported then).
+static NDARRAY: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
+
+/// Whether `obj` is exactly a `numpy.ndarray` (not a subclass), without
+/// importing numpy.
+fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    let py = obj.py();
+    let ty = obj.get_type();
+    if let Some(t) = NDARRAY.get(py) {
+        return ty.is(t.bind(py));
+    }
+    if !ty.name().is_ok_and(|n| n == "ndarray") {
+        return false;
+    }
+    let numpy = py
+        .import("sys")
+        .and_then(|sys| sys.getattr("modules"))
+        .and_then(|m| m.get_item("numpy"))
+        .and_then(|np| np.getattr("ndarray"))
+        .and_then(|t| Ok(t.cast_into::<pyo3::types::PyType>()?.unbind()));
+    match numpy {
+        Ok(t) => ty.is(NDARRAY.get_or_init(py, || t).bind(py)),
+        Err(_) => false,
+    }
+}
+
+/// Element types of numpy dtype objects seen before, by identity (most
+/// arrays share a few dtype objects: numpy's built-in ones, and a view's
+/// is its base's). Each entry holds a reference to its dtype object, which
+/// therefore lives on (and keeps its address): at most [`DTYPES_KNOWN`].
+static DTYPES: std::sync::Mutex<Vec<(usize, Option<Dtype>)>> = std::sync::Mutex::new(Vec::new());
+const DTYPES_KNOWN: usize = 32;
+
+/// What the full export of the array whose dtype object is `descr` said.
+fn known_dtype(descr: &Bound<'_, PyAny>) -> Option<Option<Dtype>> {
+    let p = descr.as_ptr() as usize;
+    let known = DTYPES.lock().unwrap_or_else(|e| e.into_inner());
+    known.iter().find(|(q, _)| *q == p).map(|(_, d)| *d)
+}
+
+/// Remembers the element type a full export of numpy array `obj` found
+/// (from its format string) for `obj`'s dtype object.
+fn learn_dtype(obj: &Bound<'_, PyAny>, dtype: Option<Dtype>) {
+    if !is_ndarray(obj) {
+        return;
+    }
+    let Ok(descr) = obj.getattr(pyo3::intern!(obj.py(), "dtype")) else {
+        return;
+    };
+    let mut known = DTYPES.lock().unwrap_or_else(|e| e.into_inner());
+    let p = descr.as_ptr() as usize;
+    if known.len() < DTYPES_KNOWN && !known.iter().any(|(q, _)| *q == p) {
+        // The reference stays with the table (see DTYPES).
+        known.push((descr.into_ptr() as usize, dtype));
+    }
+}
+
+/// The typed export of a numpy array (exactly `numpy.ndarray`) whose dtype
+/// object a full export has met before: the element type from the table,
+/// the memory through the cheap export a byte copy takes ([`RawExport`]:
+/// numpy builds no format string for it), about 150 ns less per array.
+/// None: take the full export.
+fn typed_ndarray(obj: &Bound<'_, PyAny>, writable: bool, arg: &str) -> PyResult<Option<Local>> {
+    if !is_ndarray(obj) {
+        return Ok(None);
+    }
+    let descr = obj.getattr(pyo3::intern!(obj.py(), "dtype"))?;
+    let Some(dtype) = known_dtype(&descr) else {
+        return Ok(None);
+    };
+    let Some(x) = RawExport::c_contiguous(obj, writable) else {
+        return Ok(None);
+    };
+    let (addr, len, itemsize) = x.range();
+    check_not_stale(obj, array_owner(obj), addr, len, arg)?;
+    Ok(Some(Local {
+        addr,
+        len,
+        itemsize,
+        dtype,
+        keep: Keep::Raw(x),
+    }))
 }
 
 /// The allocation of the shmem `Buffer` that a buffer-protocol object
