@@ -134,21 +134,29 @@ def test_enum_and_pe_arguments_are_typed():
     assert run_pes(typed_args, 2) == [True] * 2
 
 
-def _interrupt_inside(call):
-    """Runs ``call`` with a KeyboardInterrupt arriving while it blocks.
+def _interrupt_inside(call, real_signal=False):
+    """Runs ``call`` with a KeyboardInterrupt arriving while it blocks:
+    simulated (``_thread.interrupt_main``, no system call is interrupted),
+    or with ``real_signal`` a SIGINT sent to the main thread, as Ctrl-C
+    does (it also interrupts the futex the call sleeps on).
 
     The switch interval is made huge so that the helper thread gets the GIL
     only when the main thread releases it, which it does inside the blocking
     call: the interrupt cannot land before the call starts.
     """
     import _thread
+    import signal
 
     gate = threading.Lock()
     gate.acquire()
+    main = threading.main_thread().ident
 
     def fire():
         with gate:
-            _thread.interrupt_main()
+            if real_signal:
+                signal.pthread_kill(main, signal.SIGINT)
+            else:
+                _thread.interrupt_main()
 
     old = sys.getswitchinterval()
     sys.setswitchinterval(1000.0)
@@ -177,6 +185,8 @@ def interrupted(rank, n, hand_off):
         # Nobody ever sets `sig`: only the interrupt ends these waits.
         out["signal_wait"] = _interrupt_inside(lambda: shmem.signal_wait(sig, 1, core.ComparisonType.CMP_EQ))
         out["wait_until"] = _interrupt_inside(lambda: shmem.wait_until(sig.numpy(np.uint64), core.ComparisonType.CMP_EQ, 1))
+        out["signal_wait, SIGINT"] = _interrupt_inside(
+            lambda: shmem.signal_wait(sig, 1, core.ComparisonType.CMP_EQ), real_signal=True)
         s = core.create_stream()
         core.signal_wait(sig, 1, core.ComparisonType.CMP_EQ, stream=s)
         out["stream.synchronize"] = _interrupt_inside(s.synchronize)
@@ -224,7 +234,7 @@ def interrupted(rank, n, hand_off):
 def test_blocking_calls_raise_keyboard_interrupt(hand_off):
     env = {"SHMEM_PY_HAND_OFF": "1"} if hand_off else {}
     out = run_pes(interrupted, 2, hand_off, env=env)
-    want = {"signal_wait": True, "wait_until": True, "stream.synchronize": True,
+    want = {"signal_wait": True, "wait_until": True, "signal_wait, SIGINT": True, "stream.synchronize": True,
             "malloc": True, "barrier behind it": True, "barrier": True}
     if not hand_off:
         want["out of step"] = True
