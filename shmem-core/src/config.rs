@@ -330,6 +330,9 @@ config_table! {
     /// Whole-wait timeout.
     wait_timeout: Duration = "SHMEM_WAIT_TIMEOUT", "0",
         "Seconds after which a wait_until/signal_wait fails with a timeout (0 = wait forever, still failing when a PE dies)";
+    /// Largest stream copy run at once on an idle stream.
+    stream_inline: ByteSize = "SHMEM_STREAM_INLINE", "16K",
+        "Bytes up to which a stream's put, get or signal to a PE reached by load and store runs at once on the calling thread when the stream is idle, instead of waking the stream's worker (0: always enqueue)";
     /// Hang report delay.
     hang_report: Duration = "SHMEM_HANG_REPORT", "10",
         "Seconds a PE may wait in one collective, allocation or wait before every PE reports its current call and one prints a table of who diverged (0 = off)";

@@ -3,7 +3,11 @@
 //! Operations enqueued on one [`Stream`] run in order on the stream's own
 //! worker thread; different streams run concurrently. Copies go through the
 //! runtime's bulk engine (the SDMA copy engine when it is linked), so the
-//! enqueuing thread is free meanwhile. [`Stream::synchronize`] is what makes
+//! enqueuing thread is free meanwhile. A small copy or signal to a PE
+//! reached by load and store, enqueued while the stream is idle, runs at
+//! once on the enqueuing thread instead (`SHMEM_STREAM_INLINE`): it is over
+//! before a worker could have been woken for it, and nothing enqueued
+//! before it is pending, so the order is the same. [`Stream::synchronize`] is what makes
 //! completion observable; an error inside the stream surfaces there, naming
 //! the operation that failed, the operations queued behind it up to that
 //! point are skipped, and the stream stays usable afterwards. [`Event`]s
@@ -35,6 +39,29 @@ struct State {
     enqueued: u64,
     executed: u64,
     failed: Option<(u64, String, String)>,
+    /// Threads waiting on `cv` (synchronize, or the worker waiting for an
+    /// operation run at once ahead of its job): completions notify only
+    /// then (a notification is a system call).
+    waiting: u32,
+}
+
+impl State {
+    /// Records that operation `seq` ended with `result`; whether a thread
+    /// waits to hear it.
+    fn executed(&mut self, seq: u64, result: Result<()>, desc: impl FnOnce() -> String) -> bool {
+        if let Err(e) = result {
+            self.failed
+                .get_or_insert_with(|| (seq, desc(), e.to_string()));
+        }
+        self.executed = seq;
+        self.waiting > 0
+    }
+}
+
+/// Runs one operation of a stream, turning a panic into its error.
+fn run_work(work: impl FnOnce(&Runtime) -> Result<()>, rt: &Runtime) -> Result<()> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(rt)))
+        .unwrap_or_else(|_| Err(Error::invalid("stream", "the operation panicked")))
 }
 
 /// State shared by the handles and the worker (which holds it strongly, so
@@ -56,18 +83,26 @@ impl Inner {
 /// worker exits once every clone is dropped and the queue is drained.
 #[derive(Clone)]
 pub struct Stream {
+    /// One reference count for every clone (a clone is one atomic add).
+    h: Arc<Handle>,
+}
+
+/// What the clones of a [`Stream`] share.
+struct Handle {
     inner: Arc<Inner>,
     /// The queue; the worker exits once every handle (and so this sender)
     /// is gone and the queue is drained.
-    tx: Arc<Mutex<mpsc::Sender<Job>>>,
+    tx: Mutex<mpsc::Sender<Job>>,
     rt: Arc<Runtime>,
+    /// `SHMEM_STREAM_INLINE`: the largest transfer run at once.
+    inline_max: usize,
 }
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let st = self.inner.lock();
+        let st = self.h.inner.lock();
         f.debug_struct("Stream")
-            .field("id", &self.inner.id)
+            .field("id", &self.h.inner.id)
             .field("enqueued", &st.enqueued)
             .field("executed", &st.executed)
             .finish()
@@ -106,31 +141,43 @@ impl Stream {
             .name(format!("shmem-stream-{}", inner.id))
             .spawn(move || {
                 for job in rx {
-                    // Event records always run, so that waiters on an event
-                    // are released even behind a failed operation.
-                    let skip = i2.lock().failed.is_some() && !job.always;
+                    let skip = {
+                        let mut st = i2.lock();
+                        // An operation run at once on an enqueuing thread
+                        // ([`Stream::enqueue_transfer`]) may still be running
+                        // ahead of this job.
+                        if st.executed + 1 < job.seq {
+                            st.waiting += 1;
+                            while st.executed + 1 < job.seq {
+                                st = i2.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                            }
+                            st.waiting -= 1;
+                        }
+                        // Event records always run, so that waiters on an
+                        // event are released even behind a failed operation.
+                        st.failed.is_some() && !job.always
+                    };
                     let result = if skip {
                         Ok(())
                     } else {
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.work)(&rt2)))
-                            .unwrap_or_else(|_| {
-                                Err(Error::invalid("stream", "the operation panicked"))
-                            })
+                        run_work(job.work, &rt2)
                     };
-                    let mut st = i2.lock();
-                    if let Err(e) = result {
-                        st.failed.get_or_insert((job.seq, job.desc, e.to_string()));
+                    let (seq, desc) = (job.seq, job.desc);
+                    if i2.lock().executed(seq, result, || desc) {
+                        i2.cv.notify_all();
                     }
-                    st.executed = job.seq;
-                    i2.cv.notify_all();
                 }
             })
             .map_err(|e| Error::os("spawning a stream worker", e))?;
         *inner.worker.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        let inline_max = rt.config().stream_inline.0;
         Ok(Stream {
-            inner,
-            tx: Arc::new(Mutex::new(tx)),
-            rt,
+            h: Arc::new(Handle {
+                inner,
+                tx: Mutex::new(tx),
+                rt,
+                inline_max,
+            }),
         })
     }
 
@@ -147,9 +194,55 @@ impl Stream {
         self.push(desc.into(), false, Box::new(work))
     }
 
+    /// Enqueues an operation that moves `bytes` bytes to or from `pe` (or
+    /// updates a signal there) and ends without waiting for anything: run
+    /// at once on the calling thread, in stream order, when `pe` is reached
+    /// by load and store, `bytes` is at most `SHMEM_STREAM_INLINE` and
+    /// every operation enqueued before has run; else enqueued as
+    /// [`Stream::enqueue`] does (`desc` is built only then, or for an
+    /// error). Either way an error of the operation is reported by
+    /// [`Stream::synchronize`], and after an earlier failure the operation
+    /// is skipped until then.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped.
+    pub fn enqueue_transfer(
+        &self,
+        pe: PeId,
+        bytes: usize,
+        desc: impl FnOnce() -> String,
+        work: impl FnOnce(&Runtime) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        if bytes > self.h.inline_max || self.h.rt.load_store_base(pe).is_none() {
+            return self.push(desc(), false, Box::new(work));
+        }
+        let seq = {
+            let mut st = self.h.inner.lock();
+            if st.executed != st.enqueued {
+                drop(st);
+                return self.push(desc(), false, Box::new(work));
+            }
+            st.enqueued += 1;
+            if st.failed.is_some() {
+                let seq = st.enqueued;
+                if st.executed(seq, Ok(()), String::new) {
+                    self.h.inner.cv.notify_all();
+                }
+                return Ok(());
+            }
+            st.enqueued
+        };
+        // Others enqueue behind it meanwhile; the worker waits for it.
+        let result = run_work(work, &self.h.rt);
+        if self.h.inner.lock().executed(seq, result, desc) {
+            self.h.inner.cv.notify_all();
+        }
+        Ok(())
+    }
+
     fn push(&self, desc: String, always: bool, work: Work) -> Result<()> {
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        let mut st = self.inner.lock();
+        let tx = self.h.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.h.inner.lock();
         st.enqueued += 1;
         let job = Job {
             desc,
@@ -171,10 +264,11 @@ impl Stream {
     /// [`Error::StreamOp`] naming the first operation that failed since the
     /// last synchronize; [`Error::InvalidArgument`] (`stream`) when the worker has stopped.
     pub fn synchronize(&self) -> Result<()> {
-        let target = self.inner.lock().enqueued;
-        let mut st = self.inner.lock();
+        let mut st = self.h.inner.lock();
+        let target = st.enqueued;
         while st.executed < target {
             let gone = self
+                .h
                 .inner
                 .worker
                 .lock()
@@ -184,13 +278,16 @@ impl Stream {
             if gone {
                 return Err(Error::invalid("stream", "the stream worker has stopped"));
             }
-            self.rt.bootstrap().check_peers()?;
+            self.h.rt.bootstrap().check_peers()?;
+            st.waiting += 1;
             st = self
+                .h
                 .inner
                 .cv
                 .wait_timeout(st, Duration::from_millis(50))
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
+            st.waiting -= 1;
         }
         match st.failed.take() {
             None => Ok(()),
@@ -200,18 +297,18 @@ impl Stream {
 
     /// Whether every enqueued operation has run.
     pub fn query(&self) -> bool {
-        let st = self.inner.lock();
+        let st = self.h.inner.lock();
         st.executed == st.enqueued
     }
 
     fn check_local<T: Element>(&self, s: &SymSlice<T>) -> Result<()> {
-        if s.instance() != self.rt.instance() {
+        if s.instance() != self.h.rt.instance() {
             return Err(Error::WrongInstance {
                 object: s.instance(),
-                runtime: self.rt.instance(),
+                runtime: self.h.rt.instance(),
             });
         }
-        self.rt.check_range(s.offset(), s.byte_len())
+        self.h.rt.check_range(s.offset(), s.byte_len())
     }
 
     /// Puts this PE's `src` (symmetric) into `dst` on `pe`.
@@ -229,12 +326,15 @@ impl Stream {
         self.check_local(&dst)?;
         self.check_local(&src)?;
         fits(src.len(), dst.len())?;
-        self.enqueue(
-            format!("put of {} bytes to PE {pe}", src.byte_len()),
+        let bytes = src.byte_len();
+        self.enqueue_transfer(
+            pe,
+            bytes,
+            || format!("put of {bytes} bytes to PE {pe}"),
             move |rt| {
                 let p = rt.local_ptr(src.offset())?;
                 // SAFETY: symmetric memory lives as long as the runtime the worker holds.
-                unsafe { rt.put_async_raw(pe, dst.offset(), p.as_ptr(), src.byte_len())? }.wait()
+                unsafe { rt.put_async_raw(pe, dst.offset(), p.as_ptr(), bytes)? }.wait()
             },
         )
     }
@@ -253,11 +353,11 @@ impl Stream {
         let dst = dst.into();
         self.check_local(&dst)?;
         fits(src.len(), dst.len())?;
-        self.enqueue(
-            format!(
-                "put of {} bytes to PE {pe}",
-                std::mem::size_of_val(&src[..])
-            ),
+        let bytes = std::mem::size_of_val(&src[..]);
+        self.enqueue_transfer(
+            pe,
+            bytes,
+            || format!("put of {bytes} bytes to PE {pe}"),
             move |rt| {
                 let b = as_bytes(&src);
                 // SAFETY: `src` is owned by this closure until the wait
@@ -288,12 +388,15 @@ impl Stream {
         self.check_local(&dst)?;
         self.check_local(&src)?;
         fits(dst.len(), src.len())?;
-        self.enqueue(
-            format!("get of {} bytes from PE {pe}", dst.byte_len()),
+        let bytes = dst.byte_len();
+        self.enqueue_transfer(
+            pe,
+            bytes,
+            || format!("get of {bytes} bytes from PE {pe}"),
             move |rt| {
                 let p = rt.local_ptr(dst.offset())?;
                 // SAFETY: as for `put`.
-                unsafe { rt.get_async_raw(pe, src.offset(), p.as_ptr(), dst.byte_len())? }.wait()
+                unsafe { rt.get_async_raw(pe, src.offset(), p.as_ptr(), bytes)? }.wait()
             },
         )
     }
@@ -316,13 +419,15 @@ impl Stream {
         self.check_local(&dst)?;
         self.check_local(&src)?;
         fits(src.len(), dst.len())?;
-        self.enqueue(
-            format!("put_signal of {} bytes to PE {pe}", src.byte_len()),
+        let bytes = src.byte_len();
+        self.enqueue_transfer(
+            pe,
+            bytes,
+            || format!("put_signal of {bytes} bytes to PE {pe}"),
             move |rt| {
                 let p = rt.local_ptr(src.offset())?;
                 // SAFETY: as for `put`.
-                unsafe { rt.put_async_raw(pe, dst.offset(), p.as_ptr(), src.byte_len())? }
-                    .wait()?;
+                unsafe { rt.put_async_raw(pe, dst.offset(), p.as_ptr(), bytes)? }.wait()?;
                 rt.signal_op(sig, value, op, pe)
             },
         )
@@ -334,9 +439,12 @@ impl Stream {
     /// [`Error::InvalidArgument`] (`stream`) when the stream's worker has stopped. Errors
     /// of the operation itself are reported by [`Stream::synchronize`].
     pub fn signal_op(&self, sig: SymRef<u64>, value: u64, op: SignalOp, pe: PeId) -> Result<()> {
-        self.enqueue(format!("signal_op on PE {pe}"), move |rt| {
-            rt.signal_op(sig, value, op, pe)
-        })
+        self.enqueue_transfer(
+            pe,
+            8,
+            || format!("signal_op on PE {pe}"),
+            move |rt| rt.signal_op(sig, value, op, pe),
+        )
     }
 
     /// Waits (in the stream) until this PE's `sig <cmp> value`.

@@ -1104,6 +1104,63 @@ fn streams(pe: &Shmem) -> Result<()> {
         pe.read_local(slot.slice(0..4)?)? == vec![3u64; 4],
         "stream unusable after an error"
     );
+    // A transfer enqueued behind slower work waits for it, even one that
+    // could run at once on an idle stream: the callback's store lands first.
+    let (rt, first) = (pe.runtime().clone(), slot.at(0)?);
+    s.host_fn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        rt.p(first, 5u64, rt.my_pe())
+    })?;
+    s.put_owned(slot.slice(0..1)?, vec![6u64], me)?;
+    s.synchronize()?;
+    check!(
+        me,
+        pe.read_local(slot.slice(0..1)?)? == vec![6u64],
+        "a put overtook the host callback enqueued before it"
+    );
+    if pe.load_store_base(me).is_some() && pe.config().stream_inline.0 >= 8 {
+        // On an idle stream a small transfer to a PE reached by load and
+        // store has run when enqueue returns (SHMEM_STREAM_INLINE) ...
+        s.put_owned(slot.slice(0..1)?, vec![7u64], me)?;
+        check!(
+            me,
+            s.query() && pe.read_local(slot.slice(0..1)?)? == vec![7u64],
+            "a small put on an idle stream was still pending when enqueue returned"
+        );
+        // ... and work enqueued while it runs waits for it on the worker.
+        let (s2, rt) = (s.clone(), pe.runtime().clone());
+        let (second, seen) = (
+            slot.at(1)?,
+            std::sync::Arc::new(std::sync::Mutex::new(None)),
+        );
+        let seen2 = seen.clone();
+        s.enqueue_transfer(
+            me,
+            8,
+            || "test transfer".into(),
+            move |rt2| {
+                let rt3 = rt.clone();
+                s2.host_fn(move || {
+                    let v = rt3.g(second, rt3.my_pe())?;
+                    *seen2
+                        .lock()
+                        .map_err(|_| Error::invalid("lock", "poisoned"))? = Some(v);
+                    Ok(())
+                })?;
+                std::thread::sleep(Duration::from_millis(20));
+                rt2.p(second, 8u64, rt2.my_pe())
+            },
+        )?;
+        s.synchronize()?;
+        let got = *seen
+            .lock()
+            .map_err(|_| Error::invalid("lock", "poisoned"))?;
+        check!(
+            me,
+            got == Some(8),
+            "work enqueued during a transfer run at once overtook it (saw {got:?})"
+        );
+    }
     // Events: stream b waits for stream a's event.
     let a = pe.create_stream()?;
     let b = pe.create_stream()?;
