@@ -29,6 +29,7 @@
 //!     the PEs stay in step: retrying the call would run it twice.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -53,30 +54,31 @@ static ORDER: Mutex<BTreeMap<u32, Arc<Order>>> = Mutex::new(BTreeMap::new());
 /// The order of an instance's collectives in this process: each call takes
 /// a ticket on the calling thread when it starts, so the order is the
 /// order of the calls whichever thread (a worker, or the caller) runs them.
+/// Taking a ticket whose turn is now and passing the turn on are two
+/// atomic additions; the lock and condition variable serve only threads
+/// that wait for an earlier call.
 #[derive(Default)]
 struct Order {
-    /// (next ticket to hand out, ticket whose call may run now, threads
-    /// waiting for their turn).
-    state: Mutex<(u64, u64, u32)>,
+    /// Next ticket to hand out.
+    next: AtomicU64,
+    /// Ticket whose call may run now.
+    now: AtomicU64,
+    /// Threads waiting for their turn (changed under `lock`).
+    waiting: AtomicU32,
+    lock: Mutex<()>,
     turn: std::sync::Condvar,
 }
 
 impl Order {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, u64, u32)> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// A ticket, and whether its turn is now (no earlier call pending).
     fn take(self: &Arc<Self>) -> (Ticket, bool) {
-        let mut st = self.lock();
-        let t = st.0;
-        st.0 += 1;
+        let t = self.next.fetch_add(1, Ordering::SeqCst);
         (
             Ticket {
                 order: self.clone(),
                 number: t,
             },
-            st.1 == t,
+            self.now.load(Ordering::SeqCst) == t,
         )
     }
 }
@@ -91,20 +93,19 @@ struct Ticket {
 impl Ticket {
     /// Blocks until every earlier call of the order has ended.
     fn wait_turn(&self) {
-        drop(self.turn());
-    }
-
-    /// [`Ticket::wait_turn`], returning the order's state locked.
-    fn turn(&self) -> std::sync::MutexGuard<'_, (u64, u64, u32)> {
-        let mut st = self.order.lock();
-        if st.1 != self.number {
-            st.2 += 1;
-            while st.1 != self.number {
-                st = self.order.turn.wait(st).unwrap_or_else(|p| p.into_inner());
-            }
-            st.2 -= 1;
+        let o = &self.order;
+        if o.now.load(Ordering::SeqCst) == self.number {
+            return;
         }
-        st
+        let mut g = o.lock.lock().unwrap_or_else(|p| p.into_inner());
+        // Counted before the check below: a thread passing the turn on
+        // after this either sees the count (and notifies under the lock)
+        // or made its change visible to the check.
+        o.waiting.fetch_add(1, Ordering::SeqCst);
+        while o.now.load(Ordering::SeqCst) != self.number {
+            g = o.turn.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        o.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -112,13 +113,13 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         // A ticket whose call never ran (its job was never submitted)
         // still passes the turn on once it is its own.
-        let mut st = self.turn();
-        st.1 += 1;
-        let waiting = st.2 > 0;
-        drop(st);
+        self.wait_turn();
+        let o = &self.order;
+        o.now.store(self.number + 1, Ordering::SeqCst);
         // Only when someone waits: a notification is a system call.
-        if waiting {
-            self.order.turn.notify_all();
+        if o.waiting.load(Ordering::SeqCst) > 0 {
+            let _g = o.lock.lock().unwrap_or_else(|p| p.into_inner());
+            o.turn.notify_all();
         }
     }
 }
@@ -186,7 +187,7 @@ fn submit(job: Job) -> PyResult<()> {
 
 /// Python's main thread (`PyThread_get_thread_ident`), the only one whose
 /// signal handlers run; 0 until known.
-static MAIN_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static MAIN_THREAD: AtomicU64 = AtomicU64::new(0);
 
 shmem_core::config_var!(
     "SHMEM_PY_INTERRUPTIBLE",
@@ -230,7 +231,6 @@ fn hands_off(py: Python<'_>) -> bool {
     if interruption_disabled() {
         return false;
     }
-    use std::sync::atomic::Ordering;
     let mut main = MAIN_THREAD.load(Ordering::Relaxed);
     if main == 0 {
         main = py
@@ -353,13 +353,29 @@ where
     })
 }
 
+thread_local! {
+    /// The order this thread used last (orders are never removed from
+    /// `ORDER`, so it stays the instance's).
+    static LAST_ORDER: std::cell::RefCell<Option<(u32, Arc<Order>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 fn order(instance: u32) -> Arc<Order> {
-    ORDER
+    if let Some(o) = LAST_ORDER.with_borrow(|l| {
+        l.as_ref()
+            .filter(|(i, _)| *i == instance)
+            .map(|(_, o)| o.clone())
+    }) {
+        return o;
+    }
+    let o = ORDER
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .entry(instance)
         .or_default()
-        .clone()
+        .clone();
+    LAST_ORDER.set(Some((instance, o.clone())));
+    o
 }
 
 thread_local! {
@@ -417,8 +433,18 @@ where
 /// what the interruption said.
 static OUT_OF_STEP: Mutex<BTreeMap<u32, String>> = Mutex::new(BTreeMap::new());
 
+/// Whether `OUT_OF_STEP` may be non-empty (skips its lock on every call).
+static ANY_OUT_OF_STEP: AtomicBool = AtomicBool::new(false);
+
 fn out_of_step() -> std::sync::MutexGuard<'static, BTreeMap<u32, String>> {
     OUT_OF_STEP.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Records that a collective of `instance` was interrupted half way.
+fn mark_out_of_step(instance: u32, why: String) {
+    let mut m = out_of_step();
+    m.insert(instance, why);
+    ANY_OUT_OF_STEP.store(true, Ordering::SeqCst);
 }
 
 /// Fails when a collective of `instance` was interrupted on this PE before
@@ -426,6 +452,9 @@ fn out_of_step() -> std::sync::MutexGuard<'static, BTreeMap<u32, String>> {
 /// be inside it, so a later collective would pair with the wrong call of
 /// theirs. Only finalize is left (then init again), or ending the process.
 pub(crate) fn check_in_step(instance: u32) -> PyResult<()> {
+    if !ANY_OUT_OF_STEP.load(Ordering::SeqCst) {
+        return Ok(());
+    }
     match out_of_step().get(&instance) {
         None => Ok(()),
         Some(why) => Err(error(format!(
@@ -440,7 +469,11 @@ pub(crate) fn check_in_step(instance: u32) -> PyResult<()> {
 
 /// Forgets that `instance` was out of step (it is being finalized).
 pub(crate) fn forget_out_of_step(instance: u32) {
-    out_of_step().remove(&instance);
+    let mut m = out_of_step();
+    m.remove(&instance);
+    if m.is_empty() {
+        ANY_OUT_OF_STEP.store(false, Ordering::SeqCst);
+    }
 }
 
 /// [`run_waiting`] for a collective of `instance` (a barrier, a
@@ -486,7 +519,7 @@ where
         out
     });
     if let Err(e) = &ran {
-        out_of_step().insert(instance, e.to_string());
+        mark_out_of_step(instance, e.to_string());
     }
     ran
 }

@@ -905,7 +905,14 @@ impl Sym {
 /// torch tensor viewing symmetric memory (any instance's heap). Peer views
 /// are refused: use [`sym_peer`] where the call names a PE.
 pub(crate) fn sym(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Sym> {
-    let s = sym_peer(obj, arg)?;
+    sym_near(obj, arg, None)
+}
+
+/// [`sym`], looking first in the heap of `near` (the instance the call
+/// works on, such as its team's), which spares the lookup of the current
+/// instance.
+pub(crate) fn sym_near(obj: &Bound<'_, PyAny>, arg: &str, near: Option<&Shmem>) -> PyResult<Sym> {
+    let s = sym_peer_as(obj, arg, true, near)?;
     if let Some(pe) = s.peer {
         return Err(invalid(format!(
             "`{arg}` is a view of PE {pe}'s memory (get_peer_buffer); this call works on this \
@@ -918,15 +925,20 @@ pub(crate) fn sym(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Sym> {
 /// Like [`sym`], also accepting a peer view (`get_peer_buffer(buf, pe)`),
 /// which the caller checks against its PE with [`Sym::for_pe`].
 pub(crate) fn sym_peer(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Sym> {
-    sym_peer_as(obj, arg, true)
+    sym_peer_as(obj, arg, true, None)
 }
 
 /// [`sym_peer`] for calls that move bytes (see [`local_bytes`]).
 pub(crate) fn sym_peer_bytes(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Sym> {
-    sym_peer_as(obj, arg, false)
+    sym_peer_as(obj, arg, false, None)
 }
 
-fn sym_peer_as(obj: &Bound<'_, PyAny>, arg: &str, typed: bool) -> PyResult<Sym> {
+fn sym_peer_as(
+    obj: &Bound<'_, PyAny>,
+    arg: &str,
+    typed: bool,
+    near: Option<&Shmem>,
+) -> PyResult<Sym> {
     if let Ok(b) = obj.cast::<Buffer>() {
         let b = b.get();
         b.check_live()?;
@@ -940,16 +952,20 @@ fn sym_peer_as(obj: &Bound<'_, PyAny>, arg: &str, typed: bool) -> PyResult<Sym> 
         });
     }
     let l = local_as(obj, arg, false, typed)?;
-    sym_at(l.addr, l.len, arg).map(|mut s| {
+    sym_at(l.addr, l.len, arg, near).map(|mut s| {
         s.itemsize = l.itemsize;
         s.dtype = l.dtype;
         s
     })
 }
 
-/// The symmetric object at `addr..addr+len` of this process.
-pub(crate) fn sym_at(addr: usize, len: usize, arg: &str) -> PyResult<Sym> {
-    let Some((sh, offset)) = state::owner_of(addr) else {
+/// The symmetric object at `addr..addr+len` of this process (looked for
+/// first in `near`'s heap).
+pub(crate) fn sym_at(addr: usize, len: usize, arg: &str, near: Option<&Shmem>) -> PyResult<Sym> {
+    let found = near
+        .and_then(|sh| Some((sh.clone(), sh.offset_of(addr as *const u8)?)))
+        .or_else(|| state::owner_of(addr));
+    let Some((sh, offset)) = found else {
         return Err(invalid(format!(
             "`{arg}` ({len} bytes at address {addr:#x}) is not in a symmetric heap of this \
              process; allocate it with shmem.core.buffer()/shmem.malloc() (or Manager.malloc_tensor) \

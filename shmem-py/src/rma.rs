@@ -14,9 +14,7 @@ use shmem_core::{AmoOp, Runtime};
 use crate::args::{CmpArg, Pe, SigOpArg};
 use crate::dtype::{with_numeric, Dtype, PyNum};
 use crate::errors::{invalid, with_context, OrPy};
-use crate::memory::{
-    local, local_bytes, pe_arg, sym, sym_peer, sym_peer_bytes, try_sym, Local, Sym,
-};
+use crate::memory::{local, local_bytes, pe_arg, sym, sym_peer, sym_peer_bytes, Local, Sym};
 use crate::state;
 use crate::streams::{release, settle, stream_arg, StreamSel};
 
@@ -139,7 +137,7 @@ pub(crate) fn put(
     let pe = pe_arg(remote_pe.0, d.sh.n_pes())?;
     let d = d.for_pe(pe, "dst")?;
     if let Some(st) = stream_arg(stream)?.stream(&d.sh, "dst")? {
-        return put_on_stream(&st, &d, src, pe, nbytes, None);
+        return put_on_stream(py, &st, &d, src, pe, nbytes, None);
     }
     settle(py, &d.sh)?;
     let s = local_bytes(src, "src", false)?;
@@ -162,6 +160,7 @@ pub(crate) fn put(
 
 /// Enqueues a put (and, with `signal`, the signal update after it).
 fn put_on_stream(
+    py: Python<'_>,
     st: &shmem::Stream,
     d: &Sym,
     src: &Bound<'_, PyAny>,
@@ -169,38 +168,43 @@ fn put_on_stream(
     nbytes: Option<usize>,
     signal: Option<(SymRef<u64>, u64, SignalOp)>,
 ) -> PyResult<()> {
-    let (addr, len, keep) = match try_sym(src) {
-        Some(s) if s.instance() == d.instance() => {
-            let p = s.sh.local_ptr(s.offset).py()?;
-            (p.as_ptr() as usize, s.len, None)
-        }
-        _ => {
-            let l: Local = local_bytes(src, "src", false)?;
-            (l.addr, l.len, Some(l.keep))
-        }
+    let l: Local = local_bytes(src, "src", false)?;
+    let (addr, len) = (l.addr, l.len);
+    // Symmetric memory of the instance stays mapped while its runtime
+    // lives: nothing to keep alive.
+    let keep = match d.sh.offset_of(addr as *const u8) {
+        Some(_) => None,
+        None => Some(l.keep),
     };
     let n = put_len(nbytes, len, d.len, pe)?;
     let off = d.offset;
-    Python::attach(crate::streams::drop_released);
-    st.enqueue(format!("put of {n} bytes to PE {pe}"), move |rt| {
-        let r = (|| {
-            if n > 0 {
-                // SAFETY: the source is symmetric memory (mapped while the
-                // runtime lives) or a Python export held by `keep` until
-                // this closure ends.
-                let src = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
-                // The stream's worker is the asynchronous part: a plain
-                // copy here avoids a second hand-off to the bulk engine.
-                rt.put_bytes(pe, off, src)?;
-            }
-            if let Some((sig, value, op)) = signal {
-                rt.signal_op(sig, value, op, pe)?;
-            }
-            Ok(())
-        })();
-        release(keep);
-        r
-    })
+    crate::streams::drop_released(py);
+    // A small put to a load/store PE on an idle stream runs at once.
+    crate::streams::enqueue_transfer(
+        st,
+        pe,
+        n,
+        || format!("put of {n} bytes to PE {pe}"),
+        move |rt| {
+            let r = (|| {
+                if n > 0 {
+                    // SAFETY: the source is symmetric memory (mapped while the
+                    // runtime lives) or a Python export held by `keep` until
+                    // this closure ends.
+                    let src = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
+                    // The stream's worker is the asynchronous part: a plain
+                    // copy here avoids a second hand-off to the bulk engine.
+                    rt.put_bytes(pe, off, src)?;
+                }
+                if let Some((sig, value, op)) = signal {
+                    rt.signal_op(sig, value, op, pe)?;
+                }
+                Ok(())
+            })();
+            release(keep);
+            r
+        },
+    )
     .py()
 }
 
@@ -224,8 +228,12 @@ pub(crate) fn get(
     if let Some(st) = stream_arg(stream)?.stream(&s.sh, "src")? {
         let (off, addr, keep) = (s.offset, d.addr, Some(d.keep));
         crate::streams::drop_released(py);
-        return st
-            .enqueue(format!("get of {n} bytes from PE {pe}"), move |rt| {
+        return crate::streams::enqueue_transfer(
+            &st,
+            pe,
+            n,
+            || format!("get of {n} bytes from PE {pe}"),
+            move |rt| {
                 let r = if n > 0 {
                     // SAFETY: `keep` holds the writable destination in place
                     // until this closure ends.
@@ -236,8 +244,9 @@ pub(crate) fn get(
                 };
                 release(keep);
                 r
-            })
-            .py();
+            },
+        )
+        .py();
     }
     settle(py, &s.sh)?;
     if n == 0 {
@@ -527,7 +536,7 @@ pub(crate) fn put_signal(
         stream_arg(stream)?
     };
     if let Some(st) = sel.stream(&d.sh, "dst")? {
-        return put_on_stream(&st, &d, src, pe, nbytes, Some((sref, signal_val, op)));
+        return put_on_stream(py, &st, &d, src, pe, nbytes, Some((sref, signal_val, op)));
     }
     settle(py, &d.sh)?;
     let s = local_bytes(src, "src", false)?;

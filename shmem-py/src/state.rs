@@ -85,11 +85,26 @@ pub(crate) fn owner_of(addr: usize) -> Option<(Shmem, usize)> {
 /// Keeps `keep` alive until the instance's next `quiet` (or barrier).
 pub(crate) fn keep_until_quiet(instance: u32, keep: Keep) {
     pending().entry(instance).or_default().push(keep);
+    ANY_PENDING.store(true, Ordering::SeqCst);
 }
+
+/// Whether `PENDING` may hold something (skips its lock on every quiet and
+/// barrier).
+static ANY_PENDING: AtomicBool = AtomicBool::new(false);
 
 /// Releases what completed non-blocking operations kept alive.
 pub(crate) fn quieted(instance: u32) {
-    let kept = pending().remove(&instance);
+    if !ANY_PENDING.load(Ordering::SeqCst) {
+        return;
+    }
+    let kept = {
+        let mut p = pending();
+        let kept = p.remove(&instance);
+        if p.is_empty() {
+            ANY_PENDING.store(false, Ordering::SeqCst);
+        }
+        kept
+    };
     drop(kept);
 }
 

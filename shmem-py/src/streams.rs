@@ -44,6 +44,10 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     next: 1,
 });
 
+/// Whether some instance has a default stream (set once one is created):
+/// before, host calls have no stream work to wait for.
+static ANY_DEFAULT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn registry() -> std::sync::MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -56,6 +60,7 @@ pub(crate) fn default_stream(sh: &Shmem) -> PyResult<shmem::Stream> {
     }
     let s = sh.create_stream().py()?;
     r.defaults.insert(sh.instance(), s.clone());
+    ANY_DEFAULT.store(true, std::sync::atomic::Ordering::SeqCst);
     Ok(s)
 }
 
@@ -70,6 +75,9 @@ pub(crate) fn forget_instance(instance: u32) {
 /// (host calls never overtake stream-0 work); raises the stream's error.
 pub(crate) fn settle(py: Python<'_>, sh: &Shmem) -> PyResult<()> {
     drop_released(py);
+    if !ANY_DEFAULT.load(std::sync::atomic::Ordering::SeqCst) {
+        return Ok(());
+    }
     let s = {
         let r = registry();
         match r.defaults.get(&sh.instance()) {
@@ -83,6 +91,9 @@ pub(crate) fn settle(py: Python<'_>, sh: &Shmem) -> PyResult<()> {
 
 /// [`settle`] from a worker thread (for ordered collectives).
 pub(crate) fn settle_detached(instance: u32) -> shmem::Result<()> {
+    if !ANY_DEFAULT.load(std::sync::atomic::Ordering::SeqCst) {
+        return Ok(());
+    }
     let s = registry().defaults.get(&instance).cloned();
     match s {
         Some(s) => s.synchronize(),
@@ -370,9 +381,36 @@ pub(crate) fn handle_wait(
 /// Python thread empties, with the GIL it holds anyway.
 pub(crate) fn release(keep: Option<Keep>) {
     if let Some(k) = keep {
+        if AT_ONCE.get() {
+            // This thread holds the GIL (see [`enqueue_transfer`]).
+            drop(k);
+            return;
+        }
         RELEASED.lock().unwrap_or_else(|p| p.into_inner()).push(k);
         RELEASED_ANY.store(true, std::sync::atomic::Ordering::Release);
     }
+}
+
+thread_local! {
+    /// Set while this thread, holding the GIL, may run a stream operation
+    /// at once ([`enqueue_transfer`]): what the operation kept alive is
+    /// dropped right there instead of being handed back to the GIL.
+    static AT_ONCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// [`shmem::Stream::enqueue_transfer`] from a thread holding the GIL: when
+/// the operation runs at once here, its [`release`] drops what it kept.
+pub(crate) fn enqueue_transfer(
+    st: &shmem::Stream,
+    pe: usize,
+    bytes: usize,
+    desc: impl FnOnce() -> String,
+    work: impl FnOnce(&shmem::Runtime) -> shmem::Result<()> + Send + 'static,
+) -> shmem::Result<()> {
+    AT_ONCE.set(true);
+    let r = st.enqueue_transfer(pe, bytes, desc, work);
+    AT_ONCE.set(false);
+    r
 }
 
 static RELEASED: Mutex<Vec<Keep>> = Mutex::new(Vec::new());

@@ -16,7 +16,7 @@ use shmem::{Collectives, Shmem, SymSlice};
 
 use crate::dtype::{with_numeric, with_width, Dtype};
 use crate::errors::{invalid, with_context, OrPy};
-use crate::memory::{sym, Sym};
+use crate::memory::{sym_near, Sym};
 use crate::state;
 use crate::streams::stream_arg;
 
@@ -249,8 +249,8 @@ fn pair(
     dtype: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<(shmem::Team, Shmem, Sym, Sym, usize)> {
     let (t, sh) = resolve_team(team)?;
-    let d = sym(dest, "dest")?.with_dtype(dtype)?;
-    let s = sym(source, "source")?.with_dtype(dtype)?;
+    let d = sym_near(dest, "dest", Some(&sh))?.with_dtype(dtype)?;
+    let s = sym_near(source, "source", Some(&sh))?.with_dtype(dtype)?;
     for (x, arg) in [(&d, "dest"), (&s, "source")] {
         if x.instance() != sh.instance() {
             return Err(invalid(format!(
