@@ -233,6 +233,20 @@ pub(crate) fn barrier(
     Ok(())
 }
 
+/// Completes outstanding operations and synchronises all PEs (``barrier``
+/// over ``TEAM_WORLD``).
+#[pyfunction]
+pub(crate) fn barrier_all(py: Python<'_>) -> PyResult<()> {
+    barrier(py, None, None)
+}
+
+/// Synchronises all PEs (``sync`` over ``TEAM_WORLD``; no completion of
+/// outstanding operations).
+#[pyfunction]
+pub(crate) fn sync_all(py: Python<'_>) -> PyResult<()> {
+    sync(py, None)
+}
+
 /// Synchronises the team without completing outstanding operations.
 #[pyfunction]
 #[pyo3(signature = (team = None))]
