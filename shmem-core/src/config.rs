@@ -320,7 +320,7 @@ config_table! {
         "Port of the config store when started by torchrun (default MASTER_PORT+1, leaving MASTER_PORT to torch)";
     /// Spin time before blocking.
     spin_us: String = "SHMEM_SPIN_US", "auto",
-        "Microseconds a wait spins before yielding and then blocking on a futex (auto: 0 when PEs outnumber cores, 2 when an engine needs a progress thread, else 50, and 20000 after a sleep that ended within 2 ms until a longer one)";
+        "Microseconds a wait spins before yielding and then blocking on a futex (auto: 0 when PEs outnumber cores, 2 when an engine needs a progress thread that waits do not drive, else 50, and 20000 after a sleep that ended within 2 ms until a longer one where no engine needs a progress thread)";
     /// Waiters issue a membarrier so that writers need no fence.
     wait_membarrier: bool = "SHMEM_WAIT_MEMBARRIER", "1",
         "1: a wait about to sleep issues membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED), so puts need no fence before they look for sleepers (about 5 ns each); 0, or a kernel without it: every write fences";
@@ -439,7 +439,8 @@ impl Config {
 
     /// Spin time before a wait blocks, given the number of PEs on this node.
     /// `progress_threads` says whether an engine in use needs CPU time of its
-    /// own (a software progress thread), which a long spin would steal.
+    /// own (a software progress thread that waiting threads do not drive),
+    /// which a long spin would steal.
     ///
     /// # Errors
     /// [`Error::Config`] when `SHMEM_SPIN_US` is neither `auto` nor a number.
