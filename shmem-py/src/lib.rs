@@ -112,6 +112,13 @@ fn _shmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
         teams::collect,
         teams::alltoall,
         teams::reduce,
+        teams::and_reduce,
+        teams::or_reduce,
+        teams::xor_reduce,
+        teams::min_reduce,
+        teams::max_reduce,
+        teams::sum_reduce,
+        teams::prod_reduce,
         teams::scan,
         teams::kv_shuffle,
     );

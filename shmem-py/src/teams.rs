@@ -440,6 +440,36 @@ pub(crate) fn reduce(
     }, Err(invalid(format!("reductions do not support dtype {}", dt.name()))))
 }
 
+/// The named reductions (`sum_reduce`, ...): [`reduce`] with its `op`
+/// fixed, as native functions (no Python frame in between).
+macro_rules! named_reductions {
+    ($($name:ident => $op:literal),* $(,)?) => {$(
+        #[doc = concat!("``", $op, "`` reduction of ``nreduce`` elements over ``team`` into every member's ``dest``.")]
+        #[pyfunction]
+        #[pyo3(signature = (team, dest, source, nreduce = None, dtype = None))]
+        pub(crate) fn $name(
+            py: Python<'_>,
+            team: Option<&Bound<'_, PyAny>>,
+            dest: &Bound<'_, PyAny>,
+            source: &Bound<'_, PyAny>,
+            nreduce: Option<usize>,
+            dtype: Option<&Bound<'_, PyAny>>,
+        ) -> PyResult<()> {
+            reduce(py, team, dest, source, nreduce, $op, dtype)
+        }
+    )*};
+}
+
+named_reductions!(
+    and_reduce => "and",
+    or_reduce => "or",
+    xor_reduce => "xor",
+    min_reduce => "min",
+    max_reduce => "max",
+    sum_reduce => "sum",
+    prod_reduce => "prod",
+);
+
 /// Prefix scan (`inclusive` or exclusive) of `nelems` elements in team order.
 #[pyfunction]
 #[pyo3(signature = (team, dest, source, nelems = None, op = "sum", inclusive = true, dtype = None))]

@@ -370,17 +370,9 @@ def alltoallmem(team, dest, source, nbytes):
 reduce = _n.reduce
 
 
-def _reduction(op):
-    def fn(team, dest, source, nreduce=None, dtype=None):
-        _n.reduce(team, dest, source, nreduce, op, dtype)
-
-    fn.__name__ = fn.__qualname__ = f"{op}_reduce"
-    fn.__doc__ = f"``{op}`` reduction of ``nreduce`` elements over ``team`` into every member's ``dest``."
-    return fn
-
-
 for _op in ("and", "or", "xor", "min", "max", "sum", "prod"):
-    globals()[f"{_op}_reduce"] = _reduction(_op)
+    # Native functions with the op fixed (no Python frame in between).
+    globals()[f"{_op}_reduce"] = getattr(_n, f"{_op}_reduce")
 
 
 def sum_inscan(team, dest, source, nelems=None, dtype=None):
