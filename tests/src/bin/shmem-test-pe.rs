@@ -1161,6 +1161,46 @@ fn streams(pe: &Shmem) -> Result<()> {
             "work enqueued during a transfer run at once overtook it (saw {got:?})"
         );
     }
+    // Two threads enqueue on one stream at once, small transfers that may
+    // run at once and host callbacks that queue: each thread's puts land in
+    // its order, and the callbacks (in stream order) never see the other
+    // thread's slot go backwards.
+    pe.write_local(slot.slice(0..2)?, &[0, 0])?;
+    let rounds = 2000u64;
+    let went_back = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    std::thread::scope(|sc| -> Result<()> {
+        let writer = sc.spawn(|| -> Result<()> {
+            for v in 1..=rounds {
+                s.put_owned(slot.slice(0..1)?, vec![v], me)?;
+            }
+            Ok(())
+        });
+        let (rt, first) = (pe.runtime().clone(), slot.at(0)?);
+        let last_seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        for v in 1..=rounds {
+            s.put_owned(slot.slice(1..2)?, vec![v], me)?;
+            if v % 16 == 0 {
+                let (rt, seen, back) = (rt.clone(), last_seen.clone(), went_back.clone());
+                s.host_fn(move || {
+                    let now = rt.g(first, rt.my_pe())?;
+                    if now < seen.swap(now, std::sync::atomic::Ordering::Relaxed) {
+                        back.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+        writer
+            .join()
+            .map_err(|_| Error::invalid("thread", "the writer panicked"))?
+    })?;
+    s.synchronize()?;
+    check!(
+        me,
+        pe.read_local(slot.slice(0..2)?)? == vec![rounds, rounds]
+            && !went_back.load(std::sync::atomic::Ordering::Relaxed),
+        "two threads on one stream: a thread's puts landed out of order"
+    );
     // Events: stream b waits for stream a's event.
     let a = pe.create_stream()?;
     let b = pe.create_stream()?;
