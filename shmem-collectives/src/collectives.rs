@@ -743,7 +743,7 @@ impl Collectives {
             opts.max_teams as u64,
         );
         let cores = rt.config().cores();
-        let crowded = rt.topology().local_pes().len() > cores;
+        let crowded = rt.topology().machine_pes() > cores;
         let maps_all = (0..n).all(|pe| matches!(rt.peer_ptr(RESERVED, pe), Ok(Some(_))));
         let all = rt
             .bootstrap()

@@ -437,7 +437,8 @@ impl Config {
         self.spin_us.trim().eq_ignore_ascii_case("auto") || self.spin_us.trim().is_empty()
     }
 
-    /// Spin time before a wait blocks, given the number of PEs on this node.
+    /// Spin time before a wait blocks, given the number of PEs that share
+    /// this machine's cores ([`crate::topology::Topology::machine_pes`]).
     /// `progress_threads` says whether an engine in use needs CPU time of its
     /// own (a software progress thread that waiting threads do not drive),
     /// which a long spin would steal.

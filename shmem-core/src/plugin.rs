@@ -953,7 +953,10 @@ pub mod guest {
                 let values: std::collections::HashMap<&str, &str> =
                     config.lines().filter_map(|l| l.split_once('=')).collect();
                 let config = Config::from_lookup(|k| values.get(k).map(|v| v.to_string()))?;
+                // The ABI carries nodes only; a plugin sees each node as
+                // its own machine.
                 let topology = Topology {
+                    machine_of: node_of.clone(),
                     node_of,
                     pid_of,
                     uid_of,

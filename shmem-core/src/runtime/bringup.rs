@@ -166,7 +166,9 @@ impl Runtime {
             .filter(|t| t.wants_progress())
             .cloned()
             .collect();
-        let local = topology.local_pes().len();
+        // PEs in other network namespaces of this kernel (the namespace
+        // "hosts" of the multi-host tests) compete for the same cores.
+        let local = topology.machine_pes();
         let cores = config.cores();
         // Engines without a direct mapping move data on progress threads.
         let progress = routes.iter().any(|&r| {

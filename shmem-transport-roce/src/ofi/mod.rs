@@ -393,7 +393,7 @@ fn sockets_spin_warning(
     Some(format!(
         "the libfabric `sockets` provider's progress threads spin 10 ms before they sleep \
          (FI_SOCKETS_PE_WAITTIME), and this PE may run on {cores} core(s) with {local_pes} PE(s) \
-         on its node: operations may take milliseconds. Set FI_SOCKETS_PE_WAITTIME=0, or use \
+         on its machine: operations may take milliseconds. Set FI_SOCKETS_PE_WAITTIME=0, or use \
          FI_PROVIDER=tcp"
     ))
 }
@@ -2020,7 +2020,7 @@ impl Ofi {
         if let Some(why) = sockets_spin_warning(
             &opened.provider,
             std::env::var_os("FI_SOCKETS_PE_WAITTIME").is_some(),
-            local_pes.len(),
+            init.topology.machine_pes(),
             init.config.cores(),
         ) {
             // Once per node.
