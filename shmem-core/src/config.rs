@@ -387,6 +387,9 @@ config_table! {
     /// CPU binding of launched PEs.
     bind: String = "SHMEM_BIND", "core",
         "How shmemrun places PEs: core (one core each when they fit, the default) or none";
+    /// The core shmemrun bound this PE to, and the cores it had.
+    bound_cpus: String = "SHMEM_BOUND_CPUS", "",
+        "Set by shmemrun when it binds a PE to one core (CPU/LIST: that core, then the cores it may use); at init a PE whose machine also runs PEs of other launchers of the job (several --nnodes launchers on one host) takes the core of its place among them, or all of LIST when they do not fit";
     /// Cores the node's PEs share.
     node_cores: u64 = "SHMEM_NODE_CORES", "0",
         "Cores this node's PEs share, which decides whether waits spin or yield (set by shmemrun when it binds each PE to one core; 0: the CPUs this process may run on)";

@@ -43,6 +43,7 @@ pub mod loadstore;
 pub mod log;
 pub mod net;
 pub mod node_heaps;
+pub mod placement;
 pub mod plugin;
 pub mod runtime;
 pub mod stream;

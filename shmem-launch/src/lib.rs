@@ -403,6 +403,11 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
     } else {
         Vec::new()
     };
+    let cpu_list = allowed_cpu_list()
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     let mut children: Vec<Option<Child>> = Vec::with_capacity(n);
     let mut groups: Vec<i32> = Vec::with_capacity(n);
     let mut forwarders = Vec::new();
@@ -443,6 +448,12 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
             cmd.env("SHMEM_NODE_CORES", allowed_cpus().to_string());
         }
         let cpu = bind.get(pe).copied();
+        if let Some(c) = cpu {
+            // Other launchers of the job may bind their PEs to the same
+            // cores on this machine: the PE moves at init once it knows
+            // (shmem_core::placement).
+            cmd.env("SHMEM_BOUND_CPUS", format!("{c}/{cpu_list}"));
+        }
         // SAFETY: only async-signal-safe calls (plain system calls) between
         // fork and exec; the cpu set is built on the stack.
         unsafe {

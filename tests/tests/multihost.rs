@@ -417,3 +417,87 @@ fn shmemrun_per_node_starts_one_job_across_hosts() {
     }
     assert_eq!(codes, vec![Some(Some(0)), Some(Some(0))]);
 }
+
+/// Two launchers of one job on the same machine (no namespaces needed)
+/// each bind their PEs to their first cores; the PEs move at init so that
+/// no two share a core while they fit, and run on every core when not.
+#[test]
+fn launchers_sharing_a_machine_give_their_pes_cores_of_their_own() {
+    let shmemrun = std::path::Path::new(PE).with_file_name("shmemrun");
+    if !shmemrun.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "shmemrun is not built next to {PE}"
+        );
+        eprintln!("not run: build shmemrun first (scripts/test-all.sh does)");
+        return;
+    }
+    // SAFETY: sched_getaffinity fills the zeroed set we own.
+    let allowed: Vec<usize> = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    };
+    for per_launcher in [1usize, 2] {
+        let port = (30000 + (std::process::id() + per_launcher as u32 * 7) % 20000).to_string();
+        let nodes: Vec<std::process::Child> = (0..2)
+            .map(|node| {
+                Command::new(&shmemrun)
+                    .env("SHMEM_BIND", "core")
+                    .args(["-n", &per_launcher.to_string(), "--nnodes", "2"])
+                    .args(["--node-rank", &node.to_string()])
+                    .args(["--master-addr", "127.0.0.1", "--master-port", &port])
+                    .args(["--timeout", "60", PE, "placement"])
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("start shmemrun")
+            })
+            .collect();
+        let mut cpus: Vec<(usize, Vec<usize>)> = Vec::new();
+        for n in nodes {
+            let out = n.wait_with_output().expect("wait for shmemrun");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(out.status.success(), "a launcher failed: {text}");
+            for line in text.lines() {
+                let Some(rest) = line.split("placement: PE ").nth(1) else {
+                    continue;
+                };
+                let (pe, list) = rest.split_once(" cpus ").expect("placement line");
+                let list = list
+                    .trim()
+                    .split(',')
+                    .map(|c| c.parse().expect("cpu number"))
+                    .collect();
+                cpus.push((pe.parse().expect("PE number"), list));
+            }
+        }
+        cpus.sort();
+        let total = 2 * per_launcher;
+        assert_eq!(cpus.len(), total, "one line per PE: {cpus:?}");
+        if allowed.len() < per_launcher {
+            // The launchers do not bind at all then.
+            continue;
+        }
+        if total <= allowed.len() {
+            let mut seen: Vec<usize> = cpus
+                .iter()
+                .map(|(pe, l)| {
+                    assert_eq!(l.len(), 1, "PE {pe} is bound to one core: {cpus:?}");
+                    l[0]
+                })
+                .collect();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen.len(), total, "every PE on a core of its own: {cpus:?}");
+        } else {
+            for (pe, l) in &cpus {
+                assert_eq!(l, &allowed, "PE {pe} runs on every core: {cpus:?}");
+            }
+        }
+    }
+}

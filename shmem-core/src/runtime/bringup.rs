@@ -85,6 +85,8 @@ impl Runtime {
             None => crate::heap::create_heap(&config.heap, size)?,
         };
         let topology = Topology::discover(bootstrap.as_ref())?;
+        // Before any engine starts a thread: they inherit the placement.
+        place_bound_pe(&config, &topology);
         let init = TransportInit {
             bootstrap: bootstrap.as_ref(),
             heap: &heap,
@@ -276,5 +278,24 @@ impl Runtime {
         // Everyone has mapped everyone before any data moves.
         rt.bootstrap.barrier()?;
         Ok(Arc::new(rt))
+    }
+}
+
+/// Moves a PE that `shmemrun` bound to one core when other launchers' PEs
+/// share its machine ([`crate::placement`]); a failure only costs speed,
+/// so it is logged, not returned.
+fn place_bound_pe(config: &Config, topology: &Topology) {
+    let bound = match crate::placement::Bound::parse(&config.bound_cpus) {
+        Ok(Some(b)) => b,
+        Ok(None) => return,
+        Err(why) => {
+            shmem_log!(Warn, "SHMEM_BOUND_CPUS ignored: {why}");
+            return;
+        }
+    };
+    match crate::placement::apply(&bound, topology) {
+        Ok(Some(what)) => shmem_log!(Info, "this PE {what}"),
+        Ok(None) => {}
+        Err(why) => shmem_log!(Warn, "could not change this PE's cores ({why})"),
     }
 }

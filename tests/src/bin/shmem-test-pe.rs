@@ -1728,6 +1728,7 @@ fn main() {
         "instances" => instances(&pe),
         "quiet_sleepers" => quiet_sleepers(&pe),
         "flag_ring" => flag_ring(&pe),
+        "placement" => placement(&pe),
         other => Err(Error::invalid(
             "scenario",
             format!("unknown scenario {other:?}"),
@@ -1738,4 +1739,26 @@ fn main() {
         eprintln!("{scenario} failed: {e}");
         std::process::exit(1);
     }
+}
+
+/// Prints the CPUs this PE's main thread may run on after init (the
+/// multi-launcher placement test reads them; copy-engine threads widen
+/// their own on purpose).
+fn placement(pe: &Shmem) -> Result<()> {
+    // SAFETY: sched_getaffinity fills the zeroed set we own.
+    let mine: Vec<usize> = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(Error::os(
+                "sched_getaffinity",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    };
+    let list: Vec<String> = mine.iter().map(|c| c.to_string()).collect();
+    println!("placement: PE {} cpus {}", pe.my_pe(), list.join(","));
+    pe.barrier_all()
 }
