@@ -72,6 +72,13 @@ shmem_core::config_var!(
 );
 
 shmem_core::config_var!(
+    "SHMEM_ROCE_OFI_REMOTE_DATA",
+    u64,
+    "1",
+    "1: a libfabric write into a PE whose provider reports remote CQ data carries its heap range in the write (FI_REMOTE_CQ_DATA), and the target rings its waiters when the write lands; 0: a wake message follows each completed write instead"
+);
+
+shmem_core::config_var!(
     "SHMEM_ROCE_OFI_MR_LOCAL",
     u64,
     "0",

@@ -216,6 +216,38 @@ fn two_hosts_run_the_p2p_and_collectives_suites() {
             &h.job(1, "signal_stress", &env),
             &format!("signal_stress on 2 hosts x 1 PE, {prov}"),
         );
+        // Waiters asleep across hosts, woken by plain puts alone (`waits`
+        // ends with a put from the other host 50 ms late, into a waiter
+        // asleep on its futex; a missed wake-up fails the wait: the poll is
+        // longer than its timeout), and writes that must not wake a PE
+        // asleep on other words.
+        let asleep = with(
+            &env,
+            &[
+                ("SHMEM_SPIN_US", "0"),
+                ("SHMEM_WAIT_POLL", "30"),
+                ("SHMEM_WAIT_TIMEOUT", "10"),
+                ("RING_ROUNDS", "300"),
+                ("SLEEPERS_ITERS", "1000"),
+            ],
+        );
+        let mut sleepers = vec![(asleep.clone(), "")];
+        if prov.starts_with("ofi") {
+            // Writes followed by wake messages instead of carrying their
+            // range as remote CQ data.
+            sleepers.push((
+                with(&asleep, &[("SHMEM_ROCE_OFI_REMOTE_DATA", "0")]),
+                ", wake messages",
+            ));
+        }
+        for (env, how) in &sleepers {
+            for scenario in ["flag_ring", "waits", "quiet_sleepers"] {
+                run_ok(
+                    &h.job(1, scenario, env),
+                    &format!("{scenario} on 2 hosts x 1 PE, {prov}{how}"),
+                );
+            }
+        }
         if prov == "ofi/tcp" {
             // Signals as provider atomics (data as ordered byte atomics or
             // writes first) instead of one message applied by the target.

@@ -33,6 +33,7 @@ pub const FI_SEND: u64 = 1 << 11;
 pub const FI_TRANSMIT: u64 = FI_SEND;
 pub const FI_REMOTE_READ: u64 = 1 << 12;
 pub const FI_REMOTE_WRITE: u64 = 1 << 13;
+pub const FI_REMOTE_CQ_DATA: u64 = 1 << 17;
 pub const FI_FENCE: u64 = 1 << 21;
 pub const FI_COMPLETION: u64 = 1 << 24;
 pub const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
@@ -68,6 +69,7 @@ pub const FI_PROGRESS_MANUAL: c_int = 2;
 pub const FI_AV_MAP: c_int = 1;
 pub const FI_AV_TABLE: c_int = 2;
 pub const FI_CQ_FORMAT_CONTEXT: c_int = 1;
+pub const FI_CQ_FORMAT_DATA: c_int = 3;
 pub const FI_WAIT_NONE: c_int = 0;
 pub const FI_WAIT_UNSPEC: c_int = 1;
 pub const FI_WAIT_FD: c_int = 3;
@@ -359,6 +361,16 @@ pub struct fi_ops_av {
 pub struct fid_av {
     pub fid: fid,
     pub ops: *mut fi_ops_av,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct fi_cq_data_entry {
+    pub op_context: *mut c_void,
+    pub flags: u64,
+    pub len: usize,
+    pub buf: *mut c_void,
+    pub data: u64,
 }
 
 #[repr(C)]
@@ -743,6 +755,14 @@ mod tests {
                 "sizeof(struct fi_cq_err_entry)",
                 size_of::<fi_cq_err_entry>(),
             ),
+            (
+                "sizeof(struct fi_cq_data_entry)",
+                size_of::<fi_cq_data_entry>(),
+            ),
+            (
+                "offsetof(struct fi_cq_data_entry, data)",
+                offset_of!(fi_cq_data_entry, data),
+            ),
             ("sizeof(struct fi_ops_ep)", size_of::<fi_ops_ep>()),
             ("sizeof(struct fi_ops_cm)", size_of::<fi_ops_cm>()),
             ("sizeof(struct fi_ops_msg)", size_of::<fi_ops_msg>()),
@@ -841,6 +861,8 @@ mod tests {
             ("FI_PROGRESS_MANUAL", FI_PROGRESS_MANUAL as usize),
             ("FI_AV_TABLE", FI_AV_TABLE as usize),
             ("FI_CQ_FORMAT_CONTEXT", FI_CQ_FORMAT_CONTEXT as usize),
+            ("FI_CQ_FORMAT_DATA", FI_CQ_FORMAT_DATA as usize),
+            ("FI_REMOTE_CQ_DATA", FI_REMOTE_CQ_DATA as usize),
             ("FI_WAIT_UNSPEC", FI_WAIT_UNSPEC as usize),
             ("FI_ENABLE", FI_ENABLE as usize),
             ("FI_UINT8", FI_UINT8 as usize),

@@ -1570,7 +1570,7 @@ fn link_cut(pe: &Shmem) -> Result<()> {
 /// PE 0 puts, fetch-adds and signals into PE 1 for a while (and into every
 /// other PE) while they sleep in `barrier_all`: none of those writes may
 /// wake them (no FUTEX_WAKE is made for them), and the data must be there
-/// after the barrier.
+/// after the barrier. `SLEEPERS_ITERS` rounds at least (20,000), and 300 ms.
 fn quiet_sleepers(pe: &Shmem) -> Result<()> {
     let (me, n) = (pe.my_pe(), pe.n_pes());
     let data = pe.calloc::<u64>(64)?;
@@ -1581,9 +1581,13 @@ fn quiet_sleepers(pe: &Shmem) -> Result<()> {
     if me == 0 {
         // Long enough that the others stop spinning and sleep (their spin
         // phase is microseconds), and many operations of each kind.
+        let iters: u64 = std::env::var("SLEEPERS_ITERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20_000);
         let start = Instant::now();
         let mut i = 0u64;
-        while i < 20_000 || start.elapsed() < Duration::from_millis(300) {
+        while i < iters || start.elapsed() < Duration::from_millis(300) {
             i += 1;
             for to in 1..n {
                 pe.put(
