@@ -79,6 +79,13 @@ shmem_core::config_var!(
 );
 
 shmem_core::config_var!(
+    "SHMEM_ROCE_OFI_AMO_MSG",
+    u64,
+    "1",
+    "1: where signals travel as messages (libfabric providers without write-after-write ordering, whose atomics are software, with manual progress), atomics on other nodes' memory are messages too, which the target applies with CPU atomics and answers (one message each way); 0: provider atomics. Must be the same on every PE"
+);
+
+shmem_core::config_var!(
     "SHMEM_ROCE_OFI_MR_LOCAL",
     u64,
     "0",

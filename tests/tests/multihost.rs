@@ -240,6 +240,25 @@ fn two_hosts_run_the_p2p_and_collectives_suites() {
                 ", wake messages",
             ));
         }
+        // Fetch-adds on one counter from PEs on its node (CPU atomics) and
+        // from the other host (atomic messages, or provider atomics), and
+        // with atomic messages off.
+        let stress = with(&env, &[("STRESS_OPS", "500")]);
+        let mut amos = vec![(stress.clone(), "")];
+        if prov == "ofi/tcp" {
+            amos.push((
+                with(&stress, &[("SHMEM_ROCE_OFI_AMO_MSG", "0")]),
+                ", atomic messages off",
+            ));
+        }
+        for (env, how) in &amos {
+            for scenario in ["fetch_add_stress", "atomics"] {
+                run_ok(
+                    &h.job(2, scenario, env),
+                    &format!("{scenario} on 2 hosts x 2 PEs, {prov}{how}"),
+                );
+            }
+        }
         for (env, how) in &sleepers {
             for scenario in ["flag_ring", "waits", "quiet_sleepers"] {
                 run_ok(

@@ -18,7 +18,17 @@
 //! `tcp;ofi_rxm` does) and progresses manually; a later write, read or
 //! signal message to the same PE, which the provider does not order after
 //! atomics, first waits for them (`Ofi::after_amos`), so this PE sees its
-//! own operations in program order. Transfers are split at the provider's
+//! own operations in program order. Where signals are messages (below)
+//! and the provider progresses manually, atomics are messages too
+//! (`SHMEM_ROCE_OFI_AMO_MSG`, every PE alike): the target applies one with
+//! a CPU atomic (so it is atomic with the CPU atomics of the target's own
+//! node; `tcp;ofi_rxm`'s own atomics are software run by the target's
+//! thread too), rings the waiters on the word and answers with its old
+//! value; each sender numbers its atomic messages per target, and the
+//! target applies them in that order even when two threads drain its
+//! completion queue at once. A fetching atomic then costs one message
+//! each way where the provider's took a request, a response and our wake
+//! message. Transfers are split at the provider's
 //! `max_msg_size` (at most [`MAX_CHUNK`]) and pipelined. Every operation
 //! carries a context that its completion-queue entry hands back; `quiet`
 //! waits until every posted operation has completed. When the provider
@@ -110,7 +120,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::net::IpAddr;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -139,6 +149,18 @@ const WAKE_MAGIC: u64 = 0x5348_4d57_414b_4531; // "SHMWAKE1"
 /// First word of an acknowledgement of a signal message (then its id).
 const ACK_MAGIC: u64 = 0x5348_4d41_434b_5331; // "SHMACKS1"
 const ACK_LEN: usize = 16;
+/// First word of the answer to an atomic message (then its id and the
+/// value the word held before).
+const ACK_VALUE_MAGIC: u64 = 0x5348_4d41_434b_5631; // "SHMACKV1"
+const ACK_VALUE_LEN: usize = 24;
+/// Low 16 bits of the first word of an atomic message.
+const AMO_TAG: u64 = 0x414d; // "MA"
+/// Bytes of an atomic message: tag|op|width|from, id, offset, operand,
+/// compare, sequence number (per sender and target).
+const AMO_LEN: usize = 48;
+/// First word of the refusal of an atomic message the target does not
+/// understand (then its id).
+const ACK_REFUSED_MAGIC: u64 = 0x5348_4d41_434b_5231; // "SHMACKR1"
 /// Low 16 bits of the first word of a signal message.
 const SIGNAL_TAG: u64 = 0x4d53; // "SM"
 /// Bytes of a signal message before its data: tag|op|flags|from, id, dst,
@@ -233,6 +255,10 @@ pub struct PeerCard {
     /// writes into it (and it rings its waiters for them): writers then
     /// send no wake message after a write.
     pub remote_data: bool,
+    /// Whether this PE sends its atomics to other nodes as messages that
+    /// the target applies with CPU atomics (`SHMEM_ROCE_OFI_AMO_MSG`);
+    /// every PE must agree, as for `signal_msg`.
+    pub amo_msg: bool,
 }
 
 /// Posts a non-fetching atomic of `count` elements at `buf` (descriptor
@@ -613,6 +639,13 @@ struct Peer {
     /// Writes to this peer carry their heap range as remote CQ data (see
     /// [`PeerCard::remote_data`]) instead of being followed by a wake.
     remote_data: bool,
+    /// Sequence number of the next atomic message to this peer; held
+    /// while the message is injected, so that numbers go out in order.
+    amo_sent: Mutex<u64>,
+    /// Atomic messages from this peer: the number of the next one to
+    /// apply, and those that arrived before it (two threads may drain the
+    /// completion queue at once), applied in order as it arrives.
+    amo_received: Mutex<(u64, std::collections::BTreeMap<u64, [u8; AMO_LEN]>)>,
     failed: Mutex<Option<String>>,
     /// Last time an operation to this peer completed.
     heard: Mutex<Instant>,
@@ -673,6 +706,9 @@ struct Inner {
     wakes: Mutex<VecDeque<(PeId, Spans)>>,
     /// Acknowledgements of signal messages not sent yet: (PE, id).
     acks: Mutex<VecDeque<(PeId, u64)>>,
+    /// Answers to atomic messages the provider could not take at once
+    /// (peer, id, value), sent by [`Inner::flush_acks`].
+    value_acks: Mutex<VecDeque<(PeId, u64, u64)>>,
     /// Entries in `acks` (read without its lock to skip empty flushes).
     acks_queued: AtomicUsize,
     /// The progress thread polls in a loop (within [`HOT`] of its last
@@ -1072,6 +1108,23 @@ impl Inner {
             self.finish(w(1), 0, None);
             return;
         }
+        if w(0) == ACK_VALUE_MAGIC {
+            self.finish(w(1), w(2), None);
+            return;
+        }
+        if w(0) == ACK_REFUSED_MAGIC {
+            self.finish(
+                w(1),
+                0,
+                Some("the target refused an atomic message it does not understand (a library of another version?)".into()),
+            );
+            return;
+        }
+        if w(0) & 0xffff == AMO_TAG {
+            // SAFETY: as for this function.
+            unsafe { self.on_amo(b) };
+            return;
+        }
         if w(0) & 0xffff == SIGNAL_TAG {
             // SAFETY: as for this function.
             unsafe { self.on_signal(b) };
@@ -1092,6 +1145,135 @@ impl Inner {
         }
         // SAFETY: our heap starts with its control block.
         unsafe { ring(self.base as *const ControlBlock, &spans) };
+    }
+
+    /// Applies an atomic message with a CPU atomic on this PE's heap (so it
+    /// is atomic with the atomics of PEs on this node, which are CPU
+    /// atomics too), rings the waiters on the word, and answers with the
+    /// value the word held before.
+    ///
+    /// # Safety
+    /// `self.base` is this PE's heap.
+    unsafe fn on_amo(&self, b: &[u8; RX_LEN]) {
+        let from = (le_word(b, 0) >> 32) as usize;
+        let seq = le_word(b, 5);
+        let mut m = [0u8; AMO_LEN];
+        m.copy_from_slice(&b[..AMO_LEN]);
+        let Ok(p) = self.peer(from) else {
+            shmem_log!(
+                Warn,
+                "ROCE/ofi: an atomic message from unknown PE {from}; ignored"
+            );
+            return;
+        };
+        // In the order the sender numbered them: atomics after atomics are
+        // ordered, as on providers that order them.
+        let mut r = p.amo_received.lock().unwrap_or_else(|e| e.into_inner());
+        if seq != r.0 {
+            if seq > r.0 {
+                r.1.insert(seq, m);
+            }
+            return;
+        }
+        let mut next = Some(m);
+        while let Some(m) = next {
+            // SAFETY: as for this function.
+            unsafe { self.apply_amo(&m) };
+            r.0 += 1;
+            let want = r.0;
+            next = r.1.remove(&want);
+        }
+    }
+
+    /// Applies one atomic message ([`Inner::on_amo`]).
+    ///
+    /// # Safety
+    /// `self.base` is this PE's heap.
+    unsafe fn apply_amo(&self, b: &[u8; AMO_LEN]) {
+        let w = |i| le_word(b, i);
+        let head = w(0);
+        let code = (head >> 16) & 0xff;
+        let bytes = (head >> 24) & 0xff;
+        let from = (head >> 32) as usize;
+        let (id, off, operand, compare) = (w(1), w(2), w(3), w(4));
+        let width = match bytes {
+            4 => Some(AmoWidth::W32),
+            8 => Some(AmoWidth::W64),
+            _ => None,
+        };
+        let op = amo_op(code, operand, compare);
+        let low = shmem_core::heap::RESERVED_BYTES as u64;
+        let (Some(width), Some(op)) = (width, op) else {
+            shmem_log!(
+                Warn,
+                "ROCE/ofi: PE {from} sent an atomic message this library does not know (op {code}, {bytes} bytes); refused"
+            );
+            self.send_refusal(from, id);
+            return;
+        };
+        if off < low
+            || off % bytes != 0
+            || off
+                .checked_add(bytes)
+                .is_none_or(|e| e > self.heap_size as u64)
+        {
+            shmem_log!(
+                Warn,
+                "ROCE/ofi: PE {from} sent an atomic message outside this PE's heap (offset {off}, {bytes} bytes); refused"
+            );
+            self.send_refusal(from, id);
+            return;
+        }
+        // SAFETY: an aligned word inside this PE's heap (checked), which
+        // every atomic of the API updates only with CPU atomics.
+        let old = unsafe { cpu_atomic(self.base.add(off as usize), width, op) };
+        if op != AmoOp::Fetch {
+            let spans = [Span::bytes(off as usize, bytes as usize), Span::bytes(0, 0)];
+            // SAFETY: our heap starts with its control block.
+            unsafe { ring(self.base as *const ControlBlock, &spans) };
+        }
+        self.send_value_ack(from, id, old);
+    }
+
+    /// Refuses atomic message `id` of `pe` (best effort: only a library of
+    /// another version sends one this one refuses).
+    fn send_refusal(&self, pe: PeId, id: u64) {
+        let Ok(p) = self.peer(pe) else { return };
+        let m = ack_message(id);
+        let mut r = [0u8; ACK_LEN];
+        r.copy_from_slice(&m);
+        r[..8].copy_from_slice(&ACK_REFUSED_MAGIC.to_le_bytes());
+        let ep = self.raw.ep;
+        let _ = self.post(pe, || {
+            // SAFETY: open endpoint; inject copies the bytes before returning.
+            unsafe { ((*(*ep).msg).inject)(ep, r.as_ptr().cast(), ACK_LEN, p.addr) }
+        });
+    }
+
+    /// Answers atomic message `id` of `pe` with `value` (at once when the
+    /// provider takes it, else queued for [`Inner::flush_acks`]).
+    fn send_value_ack(&self, pe: PeId, id: u64, value: u64) {
+        let Ok(p) = self.peer(pe) else { return };
+        let mut m = [0u8; ACK_VALUE_LEN];
+        for (k, v) in [ACK_VALUE_MAGIC, id, value].iter().enumerate() {
+            m[k * 8..k * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let ep = self.raw.ep;
+        // SAFETY: open endpoint; inject copies the bytes before returning.
+        let r = unsafe { ((*(*ep).msg).inject)(ep, m.as_ptr().cast(), ACK_VALUE_LEN, p.addr) };
+        if r == -(FI_EAGAIN as isize) {
+            self.value_acks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back((pe, id, value));
+            self.acks_queued.fetch_add(1, Ordering::SeqCst);
+        } else if r != 0 {
+            shmem_log!(
+                Debug,
+                "ROCE/ofi: answering an atomic message of PE {pe} failed: {}",
+                self.api.error(r)
+            );
+        }
     }
 
     /// Rings the waiters on the heap range a peer's write just filled (the
@@ -1255,6 +1437,25 @@ impl Inner {
     /// [`Inner::defer_ack`]; unlike a wake, an acknowledgement is never
     /// dropped while its peer lives (the sender's `quiet` waits for it).
     fn flush_acks(&self) {
+        while self.acks_queued.load(Ordering::SeqCst) > 0 {
+            let next = self
+                .value_acks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
+            let Some((pe, id, value)) = next else { break };
+            self.acks_queued.fetch_sub(1, Ordering::SeqCst);
+            let Ok(p) = self.peer(pe) else { continue };
+            let mut m = [0u8; ACK_VALUE_LEN];
+            for (k, v) in [ACK_VALUE_MAGIC, id, value].iter().enumerate() {
+                m[k * 8..k * 8 + 8].copy_from_slice(&v.to_le_bytes());
+            }
+            let ep = self.raw.ep;
+            let _ = self.post(pe, || {
+                // SAFETY: open endpoint; inject copies the bytes before returning.
+                unsafe { ((*(*ep).msg).inject)(ep, m.as_ptr().cast(), ACK_VALUE_LEN, p.addr) }
+            });
+        }
         while self.acks_queued.load(Ordering::SeqCst) > 0 {
             let next = {
                 let mut q = self.acks.lock().unwrap_or_else(|e| e.into_inner());
@@ -1427,6 +1628,9 @@ pub struct Ofi {
     /// write, read or signal message to that peer (which the provider does
     /// not order after atomics) first waits for them.
     amo_in_flight: Arc<Vec<AtomicU64>>,
+    /// Atomics go as messages that the target applies with CPU atomics
+    /// (see [`PeerCard::amo_msg`]).
+    amo_msg: bool,
     progress: Mutex<Option<JoinHandle<()>>>,
     _heap: Arc<dyn shmem_core::Heap>,
 }
@@ -1803,6 +2007,7 @@ impl Ofi {
         };
         let signal_msg = init.config.var::<u64>("SHMEM_ROCE_OFI_SIGNAL_MSG")?;
         let remote_data_wanted = init.config.var::<u64>("SHMEM_ROCE_OFI_REMOTE_DATA")? != 0;
+        let amo_msg_wanted = init.config.var::<u64>("SHMEM_ROCE_OFI_AMO_MSG")? != 0;
         let mr_local_forced = init.config.var::<u64>("SHMEM_ROCE_OFI_MR_LOCAL")? != 0;
         let api = Api::load().map_err(unavailable)?;
         let node = bs.local_ip();
@@ -1825,6 +2030,14 @@ impl Ofi {
             size: heap_size as u64,
             signal_msg: !opened.ordered && signal_msg > 0,
             remote_data,
+            // Where signals are messages (software providers without
+            // write-after-write ordering, whose atomics the target's
+            // threads execute anyway) and those threads are ours.
+            amo_msg: amo_msg_wanted
+                && !opened.ordered
+                && signal_msg > 0
+                && opened.progress == FI_PROGRESS_MANUAL
+                && opened.inject_size >= AMO_LEN.max(ACK_VALUE_LEN),
         };
         let setup = || -> Result<Vec<Option<Peer>>> {
             let bytes = postcard::to_stdvec(&card)
@@ -1845,6 +2058,13 @@ impl Ofi {
                         "PE {pe} has SHMEM_ROCE_OFI_SIGNAL_MSG {} 0, this PE {} 0 (set it alike on every node: signals sent as messages and as provider atomics are not atomic with each other)",
                         if c.signal_msg { ">" } else { "=" },
                         if card.signal_msg { ">" } else { "=" },
+                    )));
+                }
+                if c.amo_msg != card.amo_msg {
+                    return Err(err(format!(
+                        "PE {pe} {} atomics as messages, this PE {} (set SHMEM_ROCE_OFI_AMO_MSG and SHMEM_ROCE_OFI_SIGNAL_MSG alike on every node, with the same FI_PROVIDER: atomics applied by the target's CPU and by the provider are not atomic with each other on every fabric)",
+                        if c.amo_msg { "sends" } else { "does not send" },
+                        if card.amo_msg { "does" } else { "does not" },
                     )));
                 }
                 if c.size != card.size {
@@ -1883,6 +2103,8 @@ impl Ofi {
                         base: cards[pe].base,
                         key: cards[pe].key,
                         remote_data: remote_data && cards[pe].remote_data,
+                        amo_sent: Mutex::new(0),
+                        amo_received: Mutex::new((0, std::collections::BTreeMap::new())),
                         failed: Mutex::new(None),
                         heard: Mutex::new(Instant::now()),
                     })
@@ -2004,6 +2226,7 @@ impl Ofi {
             bounce_pool: Mutex::new(Vec::new()),
             wakes: Mutex::new(VecDeque::new()),
             acks: Mutex::new(VecDeque::new()),
+            value_acks: Mutex::new(VecDeque::new()),
             acks_queued: AtomicUsize::new(0),
             hot: AtomicBool::new(true),
             signal_msg_max,
@@ -2097,6 +2320,7 @@ impl Ofi {
             reach,
             post_amos,
             amo_in_flight,
+            amo_msg: card.amo_msg,
             progress: Mutex::new(Some(progress)),
             _heap: heap,
         };
@@ -2542,6 +2766,60 @@ impl Ofi {
         Ok(done)
     }
 
+    /// Sends atomic `op` on `pe`'s word at `off` as a message that the
+    /// target applies with a CPU atomic ([`Inner::on_amo`]); the answer
+    /// completes it with the word's previous value in the returned cell.
+    fn post_amo_msg(
+        &self,
+        pe: PeId,
+        off: usize,
+        width: AmoWidth,
+        op: AmoOp,
+    ) -> Result<(Completion, Arc<AtomicU64>)> {
+        // No wait for earlier atomics: the target applies atomic messages
+        // in the order they were numbered.
+        let i = &*self.inner;
+        let p = i.peer(pe)?;
+        let done = Completion::pending(1);
+        let out = Arc::new(AtomicU64::new(0));
+        let ctx = i.track(Track {
+            pe,
+            done: done.clone(),
+            out: Some(out.clone()),
+            bounce: 0,
+            wake: None,
+            posted: Instant::now(),
+        });
+        let id = ctx.id;
+        drop(ctx);
+        let (code, operand, compare) = amo_code(op);
+        let head = AMO_TAG | code << 16 | (width.bytes() as u64) << 24 | (i.my_pe as u64) << 32;
+        let ep = i.raw.ep;
+        let r = {
+            let mut seq = p.amo_sent.lock().unwrap_or_else(|e| e.into_inner());
+            let mut m = [0u8; AMO_LEN];
+            for (k, v) in [head, id, off as u64, operand, compare, *seq]
+                .iter()
+                .enumerate()
+            {
+                m[k * 8..k * 8 + 8].copy_from_slice(&v.to_le_bytes());
+            }
+            let r = i.post(pe, || {
+                // SAFETY: open endpoint; inject copies the bytes before returning.
+                unsafe { ((*(*ep).msg).inject)(ep, m.as_ptr().cast(), AMO_LEN, p.addr) }
+            });
+            if r.is_ok() {
+                *seq += 1;
+            }
+            r
+        };
+        if let Err(why) = r {
+            i.finish(id, 0, Some(why.clone()));
+            return Err(Error::PeerExited { pe, detail: why });
+        }
+        Ok((done, out))
+    }
+
     /// Posts `data` as an `FI_ATOMIC_WRITE` of bytes (copied first; at most
     /// [`NativeAmo::byte_write_max`] bytes) with delivery completion.
     fn post_atomic_bytes(&self, pe: PeId, off: usize, data: &[u8]) -> Result<Completion> {
@@ -2622,6 +2900,68 @@ fn mask(w: AmoWidth) -> u64 {
     match w {
         AmoWidth::W32 => u32::MAX as u64,
         AmoWidth::W64 => u64::MAX,
+    }
+}
+
+/// The code of `op` in an atomic message, with its operand and compare
+/// words.
+fn amo_code(op: AmoOp) -> (u64, u64, u64) {
+    match op {
+        AmoOp::Fetch => (0, 0, 0),
+        AmoOp::Set(v) => (1, v, 0),
+        AmoOp::Swap(v) => (2, v, 0),
+        AmoOp::CompareSwap { cond, value } => (3, value, cond),
+        AmoOp::Add(v) => (4, v, 0),
+        AmoOp::And(v) => (5, v, 0),
+        AmoOp::Or(v) => (6, v, 0),
+        AmoOp::Xor(v) => (7, v, 0),
+    }
+}
+
+/// The operation an atomic message's code names ([`amo_code`]).
+fn amo_op(code: u64, operand: u64, compare: u64) -> Option<AmoOp> {
+    Some(match code {
+        0 => AmoOp::Fetch,
+        1 => AmoOp::Set(operand),
+        2 => AmoOp::Swap(operand),
+        3 => AmoOp::CompareSwap {
+            cond: compare,
+            value: operand,
+        },
+        4 => AmoOp::Add(operand),
+        5 => AmoOp::And(operand),
+        6 => AmoOp::Or(operand),
+        7 => AmoOp::Xor(operand),
+        _ => return None,
+    })
+}
+
+/// Applies `op` to the word at `p` with CPU atomics; returns the value it
+/// held before.
+///
+/// # Safety
+/// `p` is valid and aligned for `width`, and updated only atomically.
+unsafe fn cpu_atomic(p: *mut u8, width: AmoWidth, op: AmoOp) -> u64 {
+    macro_rules! on {
+        ($a:ty) => {{
+            // SAFETY: guaranteed by the caller.
+            let a = unsafe { &*(p as *const $a) };
+            let mut old = a.load(Ordering::SeqCst);
+            loop {
+                let new = apply(op, old as u64, width);
+                if op == AmoOp::Fetch || new == old as u64 {
+                    break old as u64;
+                }
+                match a.compare_exchange_weak(old, new as _, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(_) => break old as u64,
+                    Err(seen) => old = seen,
+                }
+            }
+        }};
+    }
+    match width {
+        AmoWidth::W32 => on!(AtomicU32),
+        AmoWidth::W64 => on!(AtomicU64),
     }
 }
 
@@ -2787,6 +3127,12 @@ impl Transport for Ofi {
 
     unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
         let m = mask(width);
+        if self.amo_msg {
+            // The target applies it and rings its own waiters.
+            let (done, out) = self.post_amo_msg(pe, offset, width, op)?;
+            self.inner.wait(&done)?;
+            return Ok(out.load(Ordering::Acquire) & m);
+        }
         let old = if let AmoOp::CompareSwap { cond, value } = op {
             self.cswap(pe, offset, width, cond & m, value & m)?
         } else if let Some((code, v)) = self.native_op(width, op) {
@@ -2823,6 +3169,32 @@ impl Transport for Ofi {
             op,
             AmoOp::Set(_) | AmoOp::Add(_) | AmoOp::And(_) | AmoOp::Or(_) | AmoOp::Xor(_)
         );
+        if self.amo_msg && non_fetching {
+            // Returns once posted; its answer completes it for `quiet`, and
+            // a later operation to this peer waits for it (`after_amos`:
+            // two messages may be applied in either order).
+            let Some(count) = self.amo_in_flight.get(pe) else {
+                return Err(Error::PeOutOfRange {
+                    pe,
+                    n_pes: self.amo_in_flight.len(),
+                });
+            };
+            count.fetch_add(1, Ordering::AcqRel);
+            let posted = self.post_amo_msg(pe, offset, width, op);
+            let counts = self.amo_in_flight.clone();
+            let down = move || {
+                counts[pe].fetch_sub(1, Ordering::AcqRel);
+                Ok(())
+            };
+            match posted {
+                Ok((done, _)) => done.then(down),
+                Err(e) => {
+                    let _ = down();
+                    return Err(e);
+                }
+            }
+            return Ok(());
+        }
         let native = self
             .native_op(width, op)
             .filter(|_| self.post_amos && non_fetching);
@@ -3011,6 +3383,7 @@ mod tests {
             size: 1 << 30,
             signal_msg: true,
             remote_data: true,
+            amo_msg: true,
         };
         let b = postcard::to_stdvec(&c).unwrap();
         assert_eq!(postcard::from_bytes::<PeerCard>(&b).unwrap(), c);
@@ -3061,6 +3434,49 @@ mod tests {
             mr_mode_names(FI_MR_VIRT_ADDR | FI_MR_PROV_KEY),
             "FI_MR_VIRT_ADDR|FI_MR_PROV_KEY"
         );
+    }
+
+    #[test]
+    fn atomic_messages_name_every_op_and_apply_like_the_cpu() {
+        let ops = [
+            AmoOp::Fetch,
+            AmoOp::Set(7),
+            AmoOp::Swap(9),
+            AmoOp::CompareSwap { cond: 5, value: 6 },
+            AmoOp::CompareSwap { cond: 1, value: 6 },
+            AmoOp::Add(u64::MAX),
+            AmoOp::And(4),
+            AmoOp::Or(8),
+            AmoOp::Xor(5),
+        ];
+        for op in ops {
+            let (code, operand, compare) = amo_code(op);
+            assert_eq!(amo_op(code, operand, compare), Some(op));
+            for width in [AmoWidth::W32, AmoWidth::W64] {
+                let mut word = [5u64];
+                // SAFETY: an aligned, live word of this test.
+                let old = unsafe { cpu_atomic(word.as_mut_ptr().cast(), width, op) };
+                assert_eq!(old, 5, "{op:?}");
+                let now = match width {
+                    AmoWidth::W32 => word[0] & 0xffff_ffff,
+                    AmoWidth::W64 => word[0],
+                };
+                assert_eq!(now, apply(op, 5, width), "{op:?} at {width:?}");
+            }
+        }
+        assert_eq!(amo_op(8, 0, 0), None);
+    }
+
+    #[test]
+    fn remote_data_names_the_written_range() {
+        let heap = 1 << 30;
+        assert_eq!(remote_range(remote_data(4096, 8), heap), Some((4096, 8)));
+        // Long writes ring to the end of the heap.
+        assert_eq!(
+            remote_range(remote_data(4096, 1 << 26), heap),
+            Some((4096, heap - 4096))
+        );
+        assert_eq!(remote_range(remote_data(heap - 8, 16), heap), None);
     }
 
     #[test]
