@@ -40,33 +40,6 @@ fn err(reason: impl Into<String>) -> Error {
     }
 }
 
-fn amo_code(op: AmoOp) -> (u64, u64, u64) {
-    match op {
-        AmoOp::Fetch => (0, 0, 0),
-        AmoOp::Set(v) => (1, v, 0),
-        AmoOp::Swap(v) => (2, v, 0),
-        AmoOp::CompareSwap { cond, value } => (3, value, cond),
-        AmoOp::Add(v) => (4, v, 0),
-        AmoOp::And(v) => (5, v, 0),
-        AmoOp::Or(v) => (6, v, 0),
-        AmoOp::Xor(v) => (7, v, 0),
-    }
-}
-
-fn amo_decode(code: u64, b: u64, c: u64) -> Option<AmoOp> {
-    Some(match code {
-        0 => AmoOp::Fetch,
-        1 => AmoOp::Set(b),
-        2 => AmoOp::Swap(b),
-        3 => AmoOp::CompareSwap { cond: c, value: b },
-        4 => AmoOp::Add(b),
-        5 => AmoOp::And(b),
-        6 => AmoOp::Or(b),
-        7 => AmoOp::Xor(b),
-        _ => return None,
-    })
-}
-
 enum Pending {
     Ack(Completion),
     Read {
@@ -467,7 +440,7 @@ fn serve_qp(mut s: TcpStream, from: PeId, base: usize, heap_size: usize, rkey: u
                 };
                 wire::send(w, &resp.encode(), src)
             }
-            Opcode::Atomic => match amo_decode(r.a, r.b, r.c) {
+            Opcode::Atomic => match wire::amo_decode(r.a, r.b, r.c) {
                 Some(op) => {
                     let wd = if r.len == 4 {
                         AmoWidth::W32
@@ -942,7 +915,7 @@ impl Transport for SwVerbs {
 
     unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
         let qp = self.qp(pe)?;
-        let (a, b, c) = amo_code(op);
+        let (a, b, c) = wire::amo_code(op);
         let out = Arc::new(AtomicU64::new(0));
         let done = Completion::pending(1);
         let req = Request {

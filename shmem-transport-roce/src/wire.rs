@@ -3,6 +3,38 @@
 
 use std::io::{self, Read, Write};
 
+use shmem_core::transport::AmoOp;
+
+/// An atomic's op code, operand and compare words, as both the `sw`
+/// provider's work requests and libfabric's atomic messages carry them.
+pub fn amo_code(op: AmoOp) -> (u64, u64, u64) {
+    match op {
+        AmoOp::Fetch => (0, 0, 0),
+        AmoOp::Set(v) => (1, v, 0),
+        AmoOp::Swap(v) => (2, v, 0),
+        AmoOp::CompareSwap { cond, value } => (3, value, cond),
+        AmoOp::Add(v) => (4, v, 0),
+        AmoOp::And(v) => (5, v, 0),
+        AmoOp::Or(v) => (6, v, 0),
+        AmoOp::Xor(v) => (7, v, 0),
+    }
+}
+
+/// The atomic that [`amo_code`]'s words name (None for an unknown code).
+pub fn amo_decode(code: u64, b: u64, c: u64) -> Option<AmoOp> {
+    Some(match code {
+        0 => AmoOp::Fetch,
+        1 => AmoOp::Set(b),
+        2 => AmoOp::Swap(b),
+        3 => AmoOp::CompareSwap { cond: c, value: b },
+        4 => AmoOp::Add(b),
+        5 => AmoOp::And(b),
+        6 => AmoOp::Or(b),
+        7 => AmoOp::Xor(b),
+        _ => return None,
+    })
+}
+
 /// Magic of a queue-pair connection request (protocol name and version).
 pub const QP_MAGIC: &[u8; 8] = b"SHMQPSW1";
 

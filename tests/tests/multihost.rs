@@ -415,20 +415,29 @@ fn a_c_program_runs_across_hosts_under_every_provider() {
     }
 }
 
+/// `shmemrun` next to the test PE, or None (and why) when it is not built;
+/// CI builds it.
+fn shmemrun_or_skip() -> Option<std::path::PathBuf> {
+    let shmemrun = std::path::Path::new(PE).with_file_name("shmemrun");
+    if shmemrun.exists() {
+        return Some(shmemrun);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "shmemrun is not built next to {PE}"
+    );
+    eprintln!("not run: build shmemrun first (scripts/test-all.sh does)");
+    None
+}
+
 /// The documented two-machine recipe: one `shmemrun` per host with
 /// `--nnodes/--node-rank/--master-addr`, node 0's launcher hosting the store.
 #[test]
 fn shmemrun_per_node_starts_one_job_across_hosts() {
     let Some(h) = hosts_or_skip(2) else { return };
-    let shmemrun = std::path::Path::new(PE).with_file_name("shmemrun");
-    if !shmemrun.exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "shmemrun is not built next to {PE}"
-        );
-        eprintln!("not run: build shmemrun first (scripts/test-all.sh does)");
+    let Some(shmemrun) = shmemrun_or_skip() else {
         return;
-    }
+    };
     let master = h.addr(0).to_string();
     let port = (30000 + std::process::id() % 20000).to_string();
     let mut nodes: Vec<std::process::Child> = (0..2)
@@ -474,15 +483,9 @@ fn shmemrun_per_node_starts_one_job_across_hosts() {
 /// no two share a core while they fit, and run on every core when not.
 #[test]
 fn launchers_sharing_a_machine_give_their_pes_cores_of_their_own() {
-    let shmemrun = std::path::Path::new(PE).with_file_name("shmemrun");
-    if !shmemrun.exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "shmemrun is not built next to {PE}"
-        );
-        eprintln!("not run: build shmemrun first (scripts/test-all.sh does)");
+    let Some(shmemrun) = shmemrun_or_skip() else {
         return;
-    }
+    };
     // SAFETY: sched_getaffinity fills the zeroed set we own.
     let allowed: Vec<usize> = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();

@@ -360,6 +360,15 @@ fn le_word(b: &[u8], i: usize) -> u64 {
 }
 
 /// The acknowledgement of signal message `id`.
+/// The answer to atomic message `id`: the value its word held before.
+fn value_ack_message(id: u64, value: u64) -> [u8; ACK_VALUE_LEN] {
+    let mut m = [0u8; ACK_VALUE_LEN];
+    for (k, v) in [ACK_VALUE_MAGIC, id, value].iter().enumerate() {
+        m[k * 8..k * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    m
+}
+
 fn ack_message(id: u64) -> [u8; ACK_LEN] {
     let mut m = [0u8; ACK_LEN];
     m[..8].copy_from_slice(&ACK_MAGIC.to_le_bytes());
@@ -1205,7 +1214,7 @@ impl Inner {
             8 => Some(AmoWidth::W64),
             _ => None,
         };
-        let op = amo_op(code, operand, compare);
+        let op = crate::wire::amo_decode(code, operand, compare);
         let low = shmem_core::heap::RESERVED_BYTES as u64;
         let (Some(width), Some(op)) = (width, op) else {
             shmem_log!(
@@ -1258,10 +1267,7 @@ impl Inner {
     /// provider takes it, else queued for [`Inner::flush_acks`]).
     fn send_value_ack(&self, pe: PeId, id: u64, value: u64) {
         let Ok(p) = self.peer(pe) else { return };
-        let mut m = [0u8; ACK_VALUE_LEN];
-        for (k, v) in [ACK_VALUE_MAGIC, id, value].iter().enumerate() {
-            m[k * 8..k * 8 + 8].copy_from_slice(&v.to_le_bytes());
-        }
+        let m = value_ack_message(id, value);
         let ep = self.raw.ep;
         // SAFETY: open endpoint; inject copies the bytes before returning.
         let r = unsafe { ((*(*ep).msg).inject)(ep, m.as_ptr().cast(), ACK_VALUE_LEN, p.addr) };
@@ -1450,10 +1456,7 @@ impl Inner {
             let Some((pe, id, value)) = next else { break };
             self.acks_queued.fetch_sub(1, Ordering::SeqCst);
             let Ok(p) = self.peer(pe) else { continue };
-            let mut m = [0u8; ACK_VALUE_LEN];
-            for (k, v) in [ACK_VALUE_MAGIC, id, value].iter().enumerate() {
-                m[k * 8..k * 8 + 8].copy_from_slice(&v.to_le_bytes());
-            }
+            let m = value_ack_message(id, value);
             let ep = self.raw.ep;
             let _ = self.post(pe, || {
                 // SAFETY: open endpoint; inject copies the bytes before returning.
@@ -2770,6 +2773,35 @@ impl Ofi {
         Ok(done)
     }
 
+    /// Posts a non-fetching atomic with `post`, counted in
+    /// [`Ofi::amo_in_flight`] from before it is posted until it is over
+    /// (failed or not), so that a later write, read or signal to `pe`
+    /// first waits for it ([`Ofi::after_amos`]).
+    fn post_counted(&self, pe: PeId, post: impl FnOnce() -> Result<Completion>) -> Result<()> {
+        let Some(count) = self.amo_in_flight.get(pe) else {
+            return Err(Error::PeOutOfRange {
+                pe,
+                n_pes: self.amo_in_flight.len(),
+            });
+        };
+        count.fetch_add(1, Ordering::AcqRel);
+        let counts = self.amo_in_flight.clone();
+        let down = move || {
+            counts[pe].fetch_sub(1, Ordering::AcqRel);
+            Ok(())
+        };
+        match post() {
+            Ok(done) => {
+                done.then(down);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = down();
+                Err(e)
+            }
+        }
+    }
+
     /// Sends atomic `op` on `pe`'s word at `off` as a message that the
     /// target applies with a CPU atomic ([`Inner::on_amo`]); the answer
     /// completes it with the word's previous value in the returned cell.
@@ -2796,7 +2828,7 @@ impl Ofi {
         });
         let id = ctx.id;
         drop(ctx);
-        let (code, operand, compare) = amo_code(op);
+        let (code, operand, compare) = crate::wire::amo_code(op);
         let head = AMO_TAG | code << 16 | (width.bytes() as u64) << 24 | (i.my_pe as u64) << 32;
         let ep = i.raw.ep;
         let r = {
@@ -2905,39 +2937,6 @@ fn mask(w: AmoWidth) -> u64 {
         AmoWidth::W32 => u32::MAX as u64,
         AmoWidth::W64 => u64::MAX,
     }
-}
-
-/// The code of `op` in an atomic message, with its operand and compare
-/// words.
-fn amo_code(op: AmoOp) -> (u64, u64, u64) {
-    match op {
-        AmoOp::Fetch => (0, 0, 0),
-        AmoOp::Set(v) => (1, v, 0),
-        AmoOp::Swap(v) => (2, v, 0),
-        AmoOp::CompareSwap { cond, value } => (3, value, cond),
-        AmoOp::Add(v) => (4, v, 0),
-        AmoOp::And(v) => (5, v, 0),
-        AmoOp::Or(v) => (6, v, 0),
-        AmoOp::Xor(v) => (7, v, 0),
-    }
-}
-
-/// The operation an atomic message's code names ([`amo_code`]).
-fn amo_op(code: u64, operand: u64, compare: u64) -> Option<AmoOp> {
-    Some(match code {
-        0 => AmoOp::Fetch,
-        1 => AmoOp::Set(operand),
-        2 => AmoOp::Swap(operand),
-        3 => AmoOp::CompareSwap {
-            cond: compare,
-            value: operand,
-        },
-        4 => AmoOp::Add(operand),
-        5 => AmoOp::And(operand),
-        6 => AmoOp::Or(operand),
-        7 => AmoOp::Xor(operand),
-        _ => return None,
-    })
 }
 
 /// Applies `op` to the word at `p` with CPU atomics; returns the value it
@@ -3175,29 +3174,11 @@ impl Transport for Ofi {
         );
         if self.amo_msg && non_fetching {
             // Returns once posted; its answer completes it for `quiet`, and
-            // a later operation to this peer waits for it (`after_amos`:
-            // two messages may be applied in either order).
-            let Some(count) = self.amo_in_flight.get(pe) else {
-                return Err(Error::PeOutOfRange {
-                    pe,
-                    n_pes: self.amo_in_flight.len(),
-                });
-            };
-            count.fetch_add(1, Ordering::AcqRel);
-            let posted = self.post_amo_msg(pe, offset, width, op);
-            let counts = self.amo_in_flight.clone();
-            let down = move || {
-                counts[pe].fetch_sub(1, Ordering::AcqRel);
-                Ok(())
-            };
-            match posted {
-                Ok((done, _)) => done.then(down),
-                Err(e) => {
-                    let _ = down();
-                    return Err(e);
-                }
-            }
-            return Ok(());
+            // a later write, read or signal to this peer waits for it.
+            return self.post_counted(pe, || {
+                self.post_amo_msg(pe, offset, width, op)
+                    .map(|(done, _)| done)
+            });
         }
         let native = self
             .native_op(width, op)
@@ -3210,29 +3191,11 @@ impl Transport for Ofi {
         // to this peer waits for this one first (`after_amos`). `quiet`
         // waits for it like any posted operation, and its completion
         // sends the target's wake.
-        let Some(count) = self.amo_in_flight.get(pe) else {
-            return Err(Error::PeOutOfRange {
-                pe,
-                n_pes: self.amo_in_flight.len(),
-            });
-        };
-        count.fetch_add(1, Ordering::AcqRel);
         let wake = Some([(offset as u64, width.bytes() as u64), (0, 0)]);
-        let posted = self.post_atomic(pe, offset, width, code, v, None, false, wake);
-        let counts = self.amo_in_flight.clone();
-        let down = move || {
-            counts[pe].fetch_sub(1, Ordering::AcqRel);
-            Ok(())
-        };
-        match posted {
-            // Failed or not: the count comes down when it is over.
-            Ok((done, _)) => done.then(down),
-            Err(e) => {
-                let _ = down();
-                return Err(e);
-            }
-        }
-        Ok(())
+        self.post_counted(pe, || {
+            self.post_atomic(pe, offset, width, code, v, None, false, wake)
+                .map(|(done, _)| done)
+        })
     }
 
     unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
@@ -3454,8 +3417,8 @@ mod tests {
             AmoOp::Xor(5),
         ];
         for op in ops {
-            let (code, operand, compare) = amo_code(op);
-            assert_eq!(amo_op(code, operand, compare), Some(op));
+            let (code, operand, compare) = crate::wire::amo_code(op);
+            assert_eq!(crate::wire::amo_decode(code, operand, compare), Some(op));
             for width in [AmoWidth::W32, AmoWidth::W64] {
                 let mut word = [5u64];
                 // SAFETY: an aligned, live word of this test.
@@ -3468,7 +3431,7 @@ mod tests {
                 assert_eq!(now, apply(op, 5, width), "{op:?} at {width:?}");
             }
         }
-        assert_eq!(amo_op(8, 0, 0), None);
+        assert_eq!(crate::wire::amo_decode(8, 0, 0), None);
     }
 
     #[test]
