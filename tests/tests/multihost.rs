@@ -242,7 +242,8 @@ fn two_hosts_run_the_p2p_and_collectives_suites() {
         }
         // Fetch-adds on one counter from PEs on its node (CPU atomics) and
         // from the other host (atomic messages, or provider atomics), and
-        // with atomic messages off.
+        // with atomic messages off; posted atomics ordered before the
+        // fetching ones that follow.
         let stress = with(&env, &[("STRESS_OPS", "500")]);
         let mut amos = vec![(stress.clone(), "")];
         if prov == "ofi/tcp" {
@@ -252,7 +253,7 @@ fn two_hosts_run_the_p2p_and_collectives_suites() {
             ));
         }
         for (env, how) in &amos {
-            for scenario in ["fetch_add_stress", "atomics"] {
+            for scenario in ["fetch_add_stress", "atomics", "amo_order"] {
                 run_ok(
                     &h.job(2, scenario, env),
                     &format!("{scenario} on 2 hosts x 2 PEs, {prov}{how}"),

@@ -1733,6 +1733,7 @@ fn main() {
         "quiet_sleepers" => quiet_sleepers(&pe),
         "flag_ring" => flag_ring(&pe),
         "placement" => placement(&pe),
+        "amo_order" => amo_order(&pe),
         other => Err(Error::invalid(
             "scenario",
             format!("unknown scenario {other:?}"),
@@ -1743,6 +1744,42 @@ fn main() {
         eprintln!("{scenario} failed: {e}");
         std::process::exit(1);
     }
+}
+
+/// Posted atomics then fetching ones to the last PE (another host in the
+/// multi-host tests): each fetch sees every add this PE posted before it,
+/// and a swap the set before it (`AMO_ROUNDS` rounds, 500).
+fn amo_order(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let rounds: i64 = std::env::var("AMO_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let x = pe.calloc::<i64>(n)?;
+    let y = pe.calloc::<i32>(n)?;
+    let target = n - 1;
+    pe.barrier_all()?;
+    for r in 1..=rounds {
+        pe.atomic_add(x.at(me)?, 1, target)?;
+        pe.atomic_add(x.at(me)?, 2, target)?;
+        let v = pe.atomic_fetch(x.at(me)?, target)?;
+        check!(
+            me,
+            v == 3 * r,
+            "round {r}: fetch {v} after the adds, want {}",
+            3 * r
+        );
+        pe.atomic_set(y.at(me)?, r as i32, target)?;
+        let w = pe.atomic_swap(y.at(me)?, -1, target)?;
+        check!(
+            me,
+            w == r as i32,
+            "round {r}: swap saw {w}, not the set before it"
+        );
+    }
+    pe.barrier_all()?;
+    pe.free(y)?;
+    pe.free(x)
 }
 
 /// Prints the CPUs this PE's main thread may run on after init (the
