@@ -120,7 +120,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::net::IpAddr;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -359,20 +359,24 @@ fn le_word(b: &[u8], i: usize) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
-/// The acknowledgement of signal message `id`.
-/// The answer to atomic message `id`: the value its word held before.
-fn value_ack_message(id: u64, value: u64) -> [u8; ACK_VALUE_LEN] {
-    let mut m = [0u8; ACK_VALUE_LEN];
-    for (k, v) in [ACK_VALUE_MAGIC, id, value].iter().enumerate() {
+/// Writes `words` little-endian at the start of `m` (a message).
+fn put_words(m: &mut [u8], words: &[u64]) {
+    for (k, v) in words.iter().enumerate() {
         m[k * 8..k * 8 + 8].copy_from_slice(&v.to_le_bytes());
     }
+}
+
+/// The acknowledgement of signal message `id`.
+fn ack_message(id: u64) -> [u8; ACK_LEN] {
+    let mut m = [0u8; ACK_LEN];
+    put_words(&mut m, &[ACK_MAGIC, id]);
     m
 }
 
-fn ack_message(id: u64) -> [u8; ACK_LEN] {
-    let mut m = [0u8; ACK_LEN];
-    m[..8].copy_from_slice(&ACK_MAGIC.to_le_bytes());
-    m[8..].copy_from_slice(&id.to_le_bytes());
+/// The answer to atomic message `id`: the value its word held before.
+fn value_ack_message(id: u64, value: u64) -> [u8; ACK_VALUE_LEN] {
+    let mut m = [0u8; ACK_VALUE_LEN];
+    put_words(&mut m, &[ACK_VALUE_MAGIC, id, value]);
     m
 }
 
@@ -465,15 +469,15 @@ impl InfoList<'_> {
 fn sockets_spin_warning(
     provider: &str,
     waittime_set: bool,
-    local_pes: usize,
+    machine_pes: usize,
     cores: usize,
 ) -> Option<String> {
-    if !provider.starts_with("sockets") || waittime_set || cores > 2 * local_pes.max(1) {
+    if !provider.starts_with("sockets") || waittime_set || cores > 2 * machine_pes.max(1) {
         return None;
     }
     Some(format!(
         "the libfabric `sockets` provider's progress threads spin 10 ms before they sleep \
-         (FI_SOCKETS_PE_WAITTIME), and this PE may run on {cores} core(s) with {local_pes} PE(s) \
+         (FI_SOCKETS_PE_WAITTIME), and this PE may run on {cores} core(s) with {machine_pes} PE(s) \
          on its machine: operations may take milliseconds. Set FI_SOCKETS_PE_WAITTIME=0, or use \
          FI_PROVIDER=tcp"
     ))
@@ -834,9 +838,7 @@ impl Inner {
                     o.store(result, Ordering::Release);
                 }
                 if let Some(w) = t.wake {
-                    if std::env::var_os("XX_NOWAKE").is_none() {
-                        self.queue_wake(t.pe, w);
-                    }
+                    self.queue_wake(t.pe, w);
                 }
                 t.done.finish_part(Ok(()));
                 self.counters.complete(None);
@@ -1237,14 +1239,11 @@ impl Inner {
             self.send_refusal(from, id);
             return;
         }
+        // The CPU atomic a PE of this node applies, which also rings the
+        // waiters on the word.
         // SAFETY: an aligned word inside this PE's heap (checked), which
         // every atomic of the API updates only with CPU atomics.
-        let old = unsafe { cpu_atomic(self.base.add(off as usize), width, op) };
-        if op != AmoOp::Fetch {
-            let spans = [Span::bytes(off as usize, bytes as usize), Span::bytes(0, 0)];
-            // SAFETY: our heap starts with its control block.
-            unsafe { ring(self.base as *const ControlBlock, &spans) };
-        }
+        let old = unsafe { shmem_core::loadstore::atomic(self.base, off as usize, width, op) };
         self.send_value_ack(from, id, old);
     }
 
@@ -1252,10 +1251,8 @@ impl Inner {
     /// another version sends one this one refuses).
     fn send_refusal(&self, pe: PeId, id: u64) {
         let Ok(p) = self.peer(pe) else { return };
-        let m = ack_message(id);
         let mut r = [0u8; ACK_LEN];
-        r.copy_from_slice(&m);
-        r[..8].copy_from_slice(&ACK_REFUSED_MAGIC.to_le_bytes());
+        put_words(&mut r, &[ACK_REFUSED_MAGIC, id]);
         let ep = self.raw.ep;
         let _ = self.post(pe, || {
             // SAFETY: open endpoint; inject copies the bytes before returning.
@@ -1522,10 +1519,10 @@ impl Inner {
             let Some((pe, spans)) = next else { return };
             let Ok(p) = self.peer(pe) else { continue };
             let mut m = [0u8; WAKE_LEN];
-            let words = [WAKE_MAGIC, spans[0].0, spans[0].1, spans[1].0, spans[1].1];
-            for (i, v) in words.iter().enumerate() {
-                m[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-            }
+            put_words(
+                &mut m,
+                &[WAKE_MAGIC, spans[0].0, spans[0].1, spans[1].0, spans[1].1],
+            );
             let ep = self.raw.ep;
             for _ in 0..100 {
                 // SAFETY: open endpoint; inject copies the 40 bytes before returning.
@@ -2725,10 +2722,10 @@ impl Ofi {
         }
         let head = SIGNAL_TAG | op_code << 16 | flags << 24 | (i.my_pe as u64) << 32;
         let mut m = [0u8; RX_LEN];
-        let words = [head, ctx.id, dst as u64, len as u64, sig as u64, value];
-        for (k, v) in words.iter().enumerate() {
-            m[k * 8..k * 8 + 8].copy_from_slice(&v.to_le_bytes());
-        }
+        put_words(
+            &mut m,
+            &[head, ctx.id, dst as u64, len as u64, sig as u64, value],
+        );
         m[SIGNAL_HEADER..total].copy_from_slice(data);
         let total = match ack {
             Some(a) => {
@@ -2834,12 +2831,7 @@ impl Ofi {
         let r = {
             let mut seq = p.amo_sent.lock().unwrap_or_else(|e| e.into_inner());
             let mut m = [0u8; AMO_LEN];
-            for (k, v) in [head, id, off as u64, operand, compare, *seq]
-                .iter()
-                .enumerate()
-            {
-                m[k * 8..k * 8 + 8].copy_from_slice(&v.to_le_bytes());
-            }
+            put_words(&mut m, &[head, id, off as u64, operand, compare, *seq]);
             let r = i.post(pe, || {
                 // SAFETY: open endpoint; inject copies the bytes before returning.
                 unsafe { ((*(*ep).msg).inject)(ep, m.as_ptr().cast(), AMO_LEN, p.addr) }
@@ -2936,35 +2928,6 @@ fn mask(w: AmoWidth) -> u64 {
     match w {
         AmoWidth::W32 => u32::MAX as u64,
         AmoWidth::W64 => u64::MAX,
-    }
-}
-
-/// Applies `op` to the word at `p` with CPU atomics; returns the value it
-/// held before.
-///
-/// # Safety
-/// `p` is valid and aligned for `width`, and updated only atomically.
-unsafe fn cpu_atomic(p: *mut u8, width: AmoWidth, op: AmoOp) -> u64 {
-    macro_rules! on {
-        ($a:ty) => {{
-            // SAFETY: guaranteed by the caller.
-            let a = unsafe { &*(p as *const $a) };
-            let mut old = a.load(Ordering::SeqCst);
-            loop {
-                let new = apply(op, old as u64, width);
-                if op == AmoOp::Fetch || new == old as u64 {
-                    break old as u64;
-                }
-                match a.compare_exchange_weak(old, new as _, Ordering::SeqCst, Ordering::SeqCst) {
-                    Ok(_) => break old as u64,
-                    Err(seen) => old = seen,
-                }
-            }
-        }};
-    }
-    match width {
-        AmoWidth::W32 => on!(AtomicU32),
-        AmoWidth::W64 => on!(AtomicU64),
     }
 }
 
@@ -3404,7 +3367,7 @@ mod tests {
     }
 
     #[test]
-    fn atomic_messages_name_every_op_and_apply_like_the_cpu() {
+    fn atomic_messages_name_every_op() {
         let ops = [
             AmoOp::Fetch,
             AmoOp::Set(7),
@@ -3419,17 +3382,6 @@ mod tests {
         for op in ops {
             let (code, operand, compare) = crate::wire::amo_code(op);
             assert_eq!(crate::wire::amo_decode(code, operand, compare), Some(op));
-            for width in [AmoWidth::W32, AmoWidth::W64] {
-                let mut word = [5u64];
-                // SAFETY: an aligned, live word of this test.
-                let old = unsafe { cpu_atomic(word.as_mut_ptr().cast(), width, op) };
-                assert_eq!(old, 5, "{op:?}");
-                let now = match width {
-                    AmoWidth::W32 => word[0] & 0xffff_ffff,
-                    AmoWidth::W64 => word[0],
-                };
-                assert_eq!(now, apply(op, 5, width), "{op:?} at {width:?}");
-            }
         }
         assert_eq!(crate::wire::amo_decode(8, 0, 0), None);
     }
