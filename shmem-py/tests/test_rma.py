@@ -85,6 +85,56 @@ def single_and_strided(rank, n):
     return True
 
 
+def numpy_arrays(rank, n):
+    """numpy arrays are read from their fields (no buffer export): lengths,
+    element types, flags and the cases left to the export must all hold."""
+    right, left = (rank + 1) % n, (rank - 1) % n
+    buf = core.buffer(256)
+    a = np.asarray(buf)
+    a[:] = 0
+    core.barrier_all()
+    # A 2-D C-contiguous source and a 0-d one: their whole bytes move.
+    core.put(a[:24], np.arange(6, dtype=np.uint32).reshape(2, 3) + rank, right)
+    core.put(buf.numpy(np.int64)[3:4], np.array(rank * 11, np.int64), right)
+    # Element types met here first, a non-native byte order and a type the
+    # library has no name for (complex): byte copies of the right length.
+    core.put(a[32:40], np.array([1, 2], ">i4"), right)
+    core.put(a[40:56], np.array([1 + 2j], np.complex128), right)
+    core.barrier_all()
+    assert (a[:24].view(np.uint32) == np.arange(6) + left).all()
+    assert buf.numpy(np.int64)[3] == left * 11
+    assert a[32:40].tolist() == [0, 0, 0, 1, 0, 0, 0, 2]
+    assert a[40:56].view(np.complex128)[0] == 1 + 2j
+    # A typed symmetric view located from its fields: a reduction over it.
+    v = buf.numpy(np.uint16)[64:68]
+    v[:] = rank + 1
+    core.barrier_all()
+    shmem.reduce(shmem.TEAM_WORLD, v, v, 4, "sum")
+    assert v.tolist() == [n * (n + 1) // 2] * 4
+    core.barrier_all()
+    # A read-only destination and Fortran-ordered 2-D arrays are refused,
+    # with the export's words.
+    ro = np.zeros(8, np.uint8)
+    ro.setflags(write=False)
+    with pytest.raises(core.ShmemInvalid, match="read-only"):
+        core.get(ro, buf, right)
+    with pytest.raises(core.ShmemInvalid, match="C-contiguous"):
+        core.put(a[:16], np.zeros((2, 2), np.int32, order="F"), right)
+    with pytest.raises(core.ShmemInvalid, match="C-contiguous"):
+        core.put(buf.numpy(np.int32)[:16].reshape(4, 4).T, b"x", right)
+    # A writable destination that is not symmetric gets data.
+    got = np.zeros(2, np.uint32)
+    shmem.get(got, a[:8], right)
+    assert got.tolist() == [rank, rank + 1]
+    core.barrier_all()
+    core.free(buf)
+    return True
+
+
+def test_numpy_arrays_read_from_their_fields():
+    assert run_pes(numpy_arrays, 2) == [True, True]
+
+
 def test_p_g_and_strided():
     assert run_pes(single_and_strided, 2) == [True, True]
 
