@@ -551,6 +551,11 @@ fn known_dtype(descr: &Bound<'_, PyAny>) -> Option<Option<Dtype>> {
     known.iter().find(|(q, _)| *q == p).map(|(_, d)| *d)
 }
 
+/// Whether the table of dtype objects has no room left.
+fn dtypes_full() -> bool {
+    DTYPES.lock().unwrap_or_else(|e| e.into_inner()).len() >= DTYPES_KNOWN
+}
+
 /// Remembers the element type a full export of numpy array `obj` found
 /// (from its format string) for `obj`'s dtype object.
 fn learn_dtype(obj: &Bound<'_, PyAny>, dtype: Option<Dtype>) {
@@ -640,6 +645,8 @@ fn ndarray_range(obj: &Bound<'_, PyAny>, writable: bool) -> Option<(usize, usize
     let descr = unsafe { Bound::from_borrowed_ptr(obj.py(), head.descr) };
     let dtype = match known_dtype(&descr) {
         Some(known) => known?,
+        // A table already full would not keep what an export learns.
+        None if dtypes_full() => return None,
         None => {
             let buf = PyUntypedBuffer::get(obj).ok()?;
             let dtype = buf.format().to_str().ok().and_then(Dtype::from_format);
