@@ -1037,6 +1037,8 @@ fn sym_peer_as(
             peer: b.peer,
         });
     }
+    // What local_as would find, without the reference its Local keeps (a
+    // symmetric object's memory is the heap's): about 20 ns less per array.
     if let Some((addr, len, dtype)) = ndarray_range(obj, false) {
         check_not_stale(obj, array_owner(obj), addr, len, arg)?;
         return sym_at(addr, len, arg, near).map(|mut s| {
