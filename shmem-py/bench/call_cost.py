@@ -9,7 +9,9 @@ call: ``barrier_all``, an 8-byte ``shmem.put`` from a numpy array into a
 numpy view of symmetric memory, and 8-byte ``broadcast``, ``fcollect`` and
 sum ``reduce`` between numpy views. With one PE every collective is the
 package's and the library's own bookkeeping, which is what this measures;
-``coll_bench.py`` times the same calls across PEs.
+``coll_bench.py`` times the same calls across PEs. When torch imports,
+the same rows run again with torch tensors (a CPU tensor as the private
+source, tensor views of symmetric memory from ``torch.from_dlpack``).
 """
 
 import argparse
@@ -40,6 +42,20 @@ def main():
         "fcollect 8 B": lambda: shmem.fcollect(world, d, s, 1),
         "reduce sum 8 B": lambda: shmem.reduce(world, d, s, 1, "sum"),
     }
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        ts = torch.from_dlpack(src)[:8].view(torch.int64)
+        td = torch.from_dlpack(dst)[:8].view(torch.int64)
+        tp = torch.full((1,), 5, dtype=torch.int64)
+        rows.update({
+            "put 8 B (torch)": lambda: shmem.put(td, tp, 0),
+            "broadcast (torch)": lambda: shmem.broadcast(world, td, ts, 1, 0),
+            "fcollect (torch)": lambda: shmem.fcollect(world, td, ts, 1),
+            "reduce sum (torch)": lambda: shmem.reduce(world, td, ts, 1, "sum"),
+        })
     print("call               fastest   1st quartile (us per call)")
     for name, fn in rows.items():
         for _ in range(1000):

@@ -50,6 +50,7 @@ fn _shmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     functions!(
         init::version,
         torch_shim::_torch_shim_state,
+        torch_shim::_torch_layout,
         init::get_unique_id,
         init::unique_id_len,
         init::uid_address,

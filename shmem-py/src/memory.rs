@@ -501,8 +501,11 @@ fn local_as(obj: &Bound<'_, PyAny>, arg: &str, writable: bool, typed: bool) -> P
             keep: Keep::Export(buf),
         });
     }
+    if is_plain_tensor(obj) {
+        return torch_local(obj, arg, typed, true);
+    }
     if is_torch_tensor(obj) || obj.hasattr(pyo3::intern!(obj.py(), "data_ptr"))? {
-        return torch_local(obj, arg, typed);
+        return torch_local(obj, arg, typed, false);
     }
     Err(PyTypeError::new_err(format!(
         "`{arg}` must be a shmem Buffer, an object with the buffer protocol (numpy array, \
@@ -873,8 +876,9 @@ fn check_not_stale(
     Ok(())
 }
 
-fn torch_local(t: &Bound<'_, PyAny>, arg: &str, typed: bool) -> PyResult<Local> {
-    let fast = if is_plain_tensor(t) {
+/// `plain`: `t`'s type is exactly `torch.Tensor` or `torch.nn.Parameter`.
+fn torch_local(t: &Bound<'_, PyAny>, arg: &str, typed: bool, plain: bool) -> PyResult<Local> {
+    let fast = if plain {
         torch_shim::tensor_mem(t)
             .filter(|m| torch_shim::checked(*m, || torch_attrs(t, arg, true).ok()))
     } else {

@@ -196,6 +196,9 @@ def torch_kinds(rank, n):
     # Plain tensors went through torch's C shim, checked against the
     # attributes on the first one (torch 2.15 exports every function).
     assert shmem._shmem._torch_shim_state() == "agrees"
+    # ...and found each tensor inside its Python object instead of reading
+    # `_cdata` (the layout learnt from the first tensor).
+    assert shmem._shmem._torch_layout() in ("direct", "maybe-owned")
     core.barrier_all()
     core.free(buf)
     return True
