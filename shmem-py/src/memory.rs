@@ -879,19 +879,12 @@ fn check_not_stale(
 /// `plain`: `t`'s type is exactly `torch.Tensor` or `torch.nn.Parameter`.
 fn torch_local(t: &Bound<'_, PyAny>, arg: &str, typed: bool, plain: bool) -> PyResult<Local> {
     let fast = if plain {
-        torch_shim::tensor_mem(t)
-            .filter(|m| torch_shim::checked(*m, || torch_attrs(t, arg, true).ok()))
+        shim_tensor_mem(t, arg, typed)
     } else {
         None
     };
     let m = match fast {
-        Some(m) if typed => m,
-        // Byte calls ignore the element type, as the attribute path does.
-        Some(m) => torch_shim::TensorMem {
-            itemsize: 1,
-            dtype: None,
-            ..m
-        },
+        Some(m) => m,
         None => torch_attrs(t, arg, typed)?,
     };
     check_not_stale(t, viewed_by_tensor(t), m.addr, m.len, arg)?;
@@ -901,6 +894,23 @@ fn torch_local(t: &Bound<'_, PyAny>, arg: &str, typed: bool, plain: bool) -> PyR
         itemsize: m.itemsize.max(1),
         dtype: m.dtype,
         keep: Keep::Object(t.clone().unbind()),
+    })
+}
+
+/// A plain tensor's memory through torch's C shim (None: take the
+/// attribute path); the element type only when `typed`, as there.
+fn shim_tensor_mem(t: &Bound<'_, PyAny>, arg: &str, typed: bool) -> Option<torch_shim::TensorMem> {
+    let m = torch_shim::tensor_mem(t)
+        .filter(|m| torch_shim::checked(*m, || torch_attrs(t, arg, true).ok()))?;
+    Some(if typed {
+        m
+    } else {
+        // Byte calls ignore the element type, as the attribute path does.
+        torch_shim::TensorMem {
+            itemsize: 1,
+            dtype: None,
+            ..m
+        }
     })
 }
 
@@ -1050,6 +1060,17 @@ fn sym_peer_as(
             s.dtype = typed.then_some(dtype);
             s
         });
+    }
+    // The same for a plain torch tensor.
+    if is_plain_tensor(obj) {
+        if let Some(m) = shim_tensor_mem(obj, arg, typed) {
+            check_not_stale(obj, viewed_by_tensor(obj), m.addr, m.len, arg)?;
+            return sym_at(m.addr, m.len, arg, near).map(|mut s| {
+                s.itemsize = m.itemsize.max(1);
+                s.dtype = m.dtype;
+                s
+            });
+        }
     }
     let l = local_as(obj, arg, false, typed)?;
     sym_at(l.addr, l.len, arg, near).map(|mut s| {
