@@ -625,7 +625,11 @@ pub(crate) fn signal_wait(
     }
     settle(py, &sig.sh)?;
     let sh = sig.sh.clone();
-    let mut seen = 0;
+    // Met already: no GIL release, no hand-off.
+    let mut seen = sh.signal_fetch(sref).py()?;
+    if cmp.eval(seen, signal_val) {
+        return Ok(Some(seen));
+    }
     let quick = crate::blocking::poll_briefly(py, || -> shmem::Result<bool> {
         seen = sh.signal_fetch(sref)?;
         Ok(cmp.eval(seen, signal_val))

@@ -68,6 +68,10 @@ where
             let v = vals[0];
             let sh = sh.clone();
             let one = SymRef::from(ivars);
+            // Met already: no GIL release, no hand-off.
+            if rt.test(one, cmp, v).map_err(with_context(what))? {
+                return Ok(py.None());
+            }
             if !crate::blocking::poll_briefly(py, || sh.test(one, cmp, v))
                 .map_err(with_context(what))?
             {

@@ -2,6 +2,7 @@
 put/get targets, integer and default streams, typed enum and PE
 arguments, Ctrl-C during blocking calls, and stale views after free."""
 
+import enum
 import sys
 import threading
 
@@ -116,9 +117,19 @@ def typed_args(rank, n):
         shmem.wait_until(sig.numpy(np.uint64), core.SignalOp.SIGNAL_SET, 0)
     with pytest.raises(TypeError, match="MemType"):
         core.buffer(8, mem_type=core.SignalOp.SIGNAL_SET)
+    # An enum of the same name from another module is refused too.
+    class ComparisonType(enum.IntEnum):
+        CMP_EQ = 0
+
+    with pytest.raises(TypeError, match="ComparisonType"):
+        shmem.signal_wait(sig, 1, ComparisonType.CMP_EQ)
     # documented ints still work
     shmem.signal_op(sig, 3, 0, rank)
     assert shmem.signal_wait(sig, 3, 0) == 3
+    # ...and so do the members (a condition already met returns at once).
+    shmem.signal_op(sig, 1, core.SignalOp.SIGNAL_ADD, rank)
+    assert shmem.signal_wait_until(sig, core.ComparisonType.CMP_EQ, 4) == 4
+    shmem.wait_until(sig.numpy(np.uint64), shmem.CMP_GE, 4)
     with pytest.raises(TypeError, match="bool"):
         core.put(sig, b"x", True)
     with pytest.raises(TypeError, match="bool"):

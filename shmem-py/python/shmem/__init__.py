@@ -290,9 +290,10 @@ def atomic_inc(dest, pe, dtype=None):
 
 def _amo(op, fetch):
     name = f"atomic_fetch_{op}" if fetch else f"atomic_{op}"
+    amo = f"fetch_{op}" if fetch else op  # built once, not on every call
 
     def fn(dest, value, pe, dtype=None):
-        return _n.atomic(f"fetch_{op}" if fetch else op, dest, pe, value, None, dtype)
+        return _n.atomic(amo, dest, pe, value, None, dtype)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"Atomic {op} of ``value`` into ``dest`` on ``pe``" + ("; returns the old value." if fetch else ".")
