@@ -136,6 +136,11 @@ def typed_args(rank, n):
         shmem.p(sig.numpy(np.int64), 1, False)
     with pytest.raises(TypeError, match="bool"):
         core.get_peer_buffer(sig, True)
+    # A numpy integer is a PE number; an enum member (an int too) is not.
+    shmem.p(sig.numpy(np.int64), 9, np.int32(rank))
+    assert shmem.g(sig.numpy(np.int64), np.int64(rank)) == 9
+    with pytest.raises(TypeError, match="enum member"):
+        shmem.p(sig.numpy(np.int64), 1, core.SignalOp.SIGNAL_SET)
     core.barrier_all()
     core.free(sig)
     return True
