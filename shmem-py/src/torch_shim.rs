@@ -225,13 +225,18 @@ fn tensor_in_object(t: &Bound<'_, PyAny>) -> Option<Handle> {
     // The offsets below were found to hold this type's `at::Tensor` (a word
     // holding the `TensorImpl*`); `t` keeps its tensor alive while the
     // caller uses the handle.
+    // An undefined tensor (a null `TensorImpl*`) goes to `_cdata` too,
+    // which answers None for it.
     match LAYOUT.load(Ordering::Relaxed) {
-        LAYOUT_DIRECT if head + 8 <= size => Some(obj.wrapping_add(head).cast()),
-        LAYOUT_MAYBE_OWNED if head + 16 <= size => {
+        LAYOUT_DIRECT => word(head)
+            .filter(|&w| w != 0)
+            .map(|_| obj.wrapping_add(head).cast()),
+        LAYOUT_MAYBE_OWNED => {
             // A borrowed tensor's slot is a pointer to it, not the tensor.
-            // SAFETY: in bounds of the object (checked above).
-            let borrowed = unsafe { *obj.add(head) } != 0;
-            (!borrowed).then(|| obj.wrapping_add(head + 8).cast())
+            let owned = word(head).is_some_and(|w| w & 0xff == 0);
+            word(head + 8)
+                .filter(|&w| owned && w != 0)
+                .map(|_| obj.wrapping_add(head + 8).cast())
         }
         LAYOUT_UNKNOWN => {
             let c = cdata(t)? as usize;
