@@ -5,7 +5,8 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyInt, PyType};
 
 use crate::errors::invalid;
 
@@ -50,19 +51,13 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Pe {
 /// attribute instead cost a failed lookup (an `AttributeError` made and
 /// cleared) on every call with a numpy integer PE number, 0.8-1.5 us.
 fn is_enum(obj: &Bound<'_, PyAny>) -> bool {
-    use pyo3::sync::PyOnceLock;
-    use pyo3::types::PyType;
-    static ENUM: PyOnceLock<Option<Py<PyType>>> = PyOnceLock::new();
+    static ENUM: ClassCell = PyOnceLock::new();
     let py = obj.py();
-    let base = ENUM.get_or_init(py, || {
-        let e = py.import("enum").ok()?.getattr("Enum").ok()?;
-        e.cast_into::<PyType>().ok().map(Bound::unbind)
-    });
-    match base {
+    match class(&ENUM, py, "enum", "Enum") {
         // SAFETY: both are live type objects and we are attached;
         // PyType_IsSubtype only walks the first one's MRO.
         Some(e) => unsafe {
-            pyo3::ffi::PyType_IsSubtype(obj.get_type().as_type_ptr(), e.bind(py).as_type_ptr()) != 0
+            pyo3::ffi::PyType_IsSubtype(obj.get_type().as_type_ptr(), e.as_type_ptr()) != 0
         },
         None => obj
             .get_type()
@@ -71,30 +66,39 @@ fn is_enum(obj: &Bound<'_, PyAny>) -> bool {
     }
 }
 
+/// A class looked up once (None: its module or name was not found).
+type ClassCell = PyOnceLock<Option<Py<PyType>>>;
+
+/// `module.name` as kept in `cell`, imported on first use.
+fn class<'a, 'py>(
+    cell: &'a ClassCell,
+    py: Python<'py>,
+    module: &str,
+    name: &str,
+) -> Option<&'a Bound<'py, PyType>> {
+    cell.get_or_init(py, || {
+        let c = py.import(module).ok()?.getattr(name).ok()?;
+        c.cast_into::<PyType>().ok().map(Bound::unbind)
+    })
+    .as_ref()
+    .map(|c| c.bind(py))
+}
+
 /// Whether `obj`'s type is `shmem._enums.<name>` itself: one pointer
 /// comparison once the class is known, where telling it by its module and
 /// name (below) costs several attribute reads and string builds per call
 /// (about 0.3 us of a 0.9-us `put_signal` on the test VM).
 fn is_own_enum(obj: &Bound<'_, PyAny>, name: &str) -> bool {
-    use pyo3::sync::PyOnceLock;
-    use pyo3::types::PyType;
-    static SIGNAL_OP: PyOnceLock<Option<Py<PyType>>> = PyOnceLock::new();
-    static COMPARISON: PyOnceLock<Option<Py<PyType>>> = PyOnceLock::new();
-    static MEM_TYPE: PyOnceLock<Option<Py<PyType>>> = PyOnceLock::new();
+    static SIGNAL_OP: ClassCell = PyOnceLock::new();
+    static COMPARISON: ClassCell = PyOnceLock::new();
+    static MEM_TYPE: ClassCell = PyOnceLock::new();
     let cell = match name {
         "SignalOp" => &SIGNAL_OP,
         "ComparisonType" => &COMPARISON,
         "MemType" => &MEM_TYPE,
         _ => return false,
     };
-    let py = obj.py();
-    let class = cell.get_or_init(py, || {
-        let c = py.import("shmem._enums").ok()?.getattr(name).ok()?;
-        c.cast_into::<PyType>().ok().map(Bound::unbind)
-    });
-    class
-        .as_ref()
-        .is_some_and(|c| obj.get_type().is(c.bind(py)))
+    class(cell, obj.py(), "shmem._enums", name).is_some_and(|c| obj.get_type().is(c))
 }
 
 /// The value of an enum argument `arg`: a member of `shmem._enums.<name>`,

@@ -878,16 +878,7 @@ fn check_not_stale(
 
 /// `plain`: `t`'s type is exactly `torch.Tensor` or `torch.nn.Parameter`.
 fn torch_local(t: &Bound<'_, PyAny>, arg: &str, typed: bool, plain: bool) -> PyResult<Local> {
-    let fast = if plain {
-        shim_tensor_mem(t, arg, typed)
-    } else {
-        None
-    };
-    let m = match fast {
-        Some(m) => m,
-        None => torch_attrs(t, arg, typed)?,
-    };
-    check_not_stale(t, viewed_by_tensor(t), m.addr, m.len, arg)?;
+    let m = tensor_range(t, arg, typed, plain)?;
     Ok(Local {
         addr: m.addr,
         len: m.len,
@@ -895,6 +886,22 @@ fn torch_local(t: &Bound<'_, PyAny>, arg: &str, typed: bool, plain: bool) -> PyR
         dtype: m.dtype,
         keep: Keep::Object(t.clone().unbind()),
     })
+}
+
+/// A tensor's memory (through the shim when `plain`, else or failing that
+/// from its attributes), refused if it views freed symmetric memory.
+fn tensor_range(
+    t: &Bound<'_, PyAny>,
+    arg: &str,
+    typed: bool,
+    plain: bool,
+) -> PyResult<torch_shim::TensorMem> {
+    let m = match plain.then(|| shim_tensor_mem(t, arg, typed)).flatten() {
+        Some(m) => m,
+        None => torch_attrs(t, arg, typed)?,
+    };
+    check_not_stale(t, viewed_by_tensor(t), m.addr, m.len, arg)?;
+    Ok(m)
 }
 
 /// A plain tensor's memory through torch's C shim (None: take the
@@ -1063,14 +1070,12 @@ fn sym_peer_as(
     }
     // The same for a plain torch tensor.
     if is_plain_tensor(obj) {
-        if let Some(m) = shim_tensor_mem(obj, arg, typed) {
-            check_not_stale(obj, viewed_by_tensor(obj), m.addr, m.len, arg)?;
-            return sym_at(m.addr, m.len, arg, near).map(|mut s| {
-                s.itemsize = m.itemsize.max(1);
-                s.dtype = m.dtype;
-                s
-            });
-        }
+        let m = tensor_range(obj, arg, typed, true)?;
+        return sym_at(m.addr, m.len, arg, near).map(|mut s| {
+            s.itemsize = m.itemsize.max(1);
+            s.dtype = m.dtype;
+            s
+        });
     }
     let l = local_as(obj, arg, false, typed)?;
     sym_at(l.addr, l.len, arg, near).map(|mut s| {
