@@ -546,6 +546,47 @@ fn oshrun_and_oshcc_scripts() {
     assert!(status.success(), "oshrun -np 2 legacy: {status}");
 }
 
+#[test]
+fn oshcc_picks_the_newer_build_and_names_a_debug_one() {
+    // A scratch checkout layout: shmem-capi/bin/oshcc beside target/{debug,release}.
+    let root = std::env::temp_dir().join(format!("oshcc-pick-{}", std::process::id()));
+    let bin = root.join("shmem-capi/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(root.join("shmem-capi/include")).unwrap();
+    std::fs::copy(crate_dir().join("bin/oshcc"), bin.join("oshcc")).unwrap();
+    let lib = |profile: &str| {
+        let d = root.join("target").join(profile);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("libshmem_capi.so"), b"").unwrap();
+        d
+    };
+    let showme = || {
+        let o = Command::new("sh")
+            .arg(bin.join("oshcc"))
+            .env_remove("SHMEM_LIBDIR")
+            .args(["--showme", "-o", "x", "x.c"])
+            .output()
+            .expect("oshcc --showme");
+        assert!(o.status.success(), "{o:?}");
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let release = lib("release");
+    std::thread::sleep(Duration::from_millis(1100)); // mtimes one second apart
+    lib("debug");
+    let (line, note) = showme();
+    assert!(line.contains("target/debug"), "{line}");
+    assert!(note.contains("unoptimised debug build"), "{note}");
+    std::thread::sleep(Duration::from_millis(1100));
+    std::fs::write(release.join("libshmem_capi.so"), b"").unwrap();
+    let (line, note) = showme();
+    assert!(line.contains("target/release"), "{line}");
+    assert!(note.is_empty(), "{note}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// Builds the example plugin engine (`examples/plugin-engine`) in this
 /// test's profile; its `.so`.
 fn plugin_engine() -> PathBuf {

@@ -413,6 +413,14 @@ impl Config {
     /// The `SHMEM_INFO` listing: one line per variable with its effective value.
     pub fn info_table(&self) -> String {
         let mut out = String::from("shmem configuration (effective values):\n");
+        if cfg!(debug_assertions) {
+            // Timings taken with an unoptimised library mislead: say so
+            // where people look when they measure.
+            out.push_str(
+                "  (this library is an unoptimised debug build: calls cost several times \
+                 more than in a release build)\n",
+            );
+        }
         for (name, value, help) in self.effective() {
             let shown = if name == "SHMEM_JOB_SECRET" && !value.is_empty() {
                 "<set>".to_string()
@@ -540,6 +548,16 @@ mod tests {
             .to_string();
         assert!(err.contains("SHMEM_SYMMETRIC_SIZE"), "{err}");
         assert!(err.contains("huge"), "{err}");
+    }
+
+    #[test]
+    fn info_says_when_the_library_is_a_debug_build() {
+        let table = Config::from_lookup(|_| None).unwrap().info_table();
+        assert_eq!(
+            table.contains("unoptimised debug build"),
+            cfg!(debug_assertions),
+            "{table}"
+        );
     }
 
     #[test]
