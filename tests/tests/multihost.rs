@@ -479,6 +479,23 @@ fn shmemrun_per_node_starts_one_job_across_hosts() {
     assert_eq!(codes, vec![Some(Some(0)), Some(Some(0))]);
 }
 
+/// A port `p` of this machine's own network namespace such that `p` and
+/// `p + 1` (where `shmemrun --master-port p` puts the job's store) are free
+/// now, below the kernel's range of ephemeral ports (32768 and up here),
+/// which the other tests' connections draw from while they run beside
+/// this one: a port picked in that range was once taken by one of them.
+fn free_port_pair(salt: usize) -> u16 {
+    let start = 20000 + (std::process::id() as usize * 7 + salt * 101) % 12000;
+    (0..400)
+        .map(|i| (20000 + (start - 20000 + i * 2) % 12000) as u16)
+        .find(|&p| {
+            let a = std::net::TcpListener::bind(("0.0.0.0", p));
+            let b = std::net::TcpListener::bind(("0.0.0.0", p + 1));
+            a.is_ok() && b.is_ok()
+        })
+        .expect("a free pair of ports between 20000 and 32000")
+}
+
 /// Two launchers of one job on the same machine (no namespaces needed)
 /// each bind their PEs to their first cores; the PEs move at init so that
 /// no two share a core while they fit, and run on every core when not.
@@ -499,7 +516,7 @@ fn launchers_sharing_a_machine_give_their_pes_cores_of_their_own() {
             .collect()
     };
     for per_launcher in [1usize, 2] {
-        let port = (30000 + (std::process::id() + per_launcher as u32 * 7) % 20000).to_string();
+        let port = free_port_pair(per_launcher).to_string();
         let nodes: Vec<std::process::Child> = (0..2)
             .map(|node| {
                 Command::new(&shmemrun)
