@@ -554,11 +554,13 @@ fn oshcc_picks_the_newer_build_and_names_a_debug_one() {
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::create_dir_all(root.join("shmem-capi/include")).unwrap();
     std::fs::copy(crate_dir().join("bin/oshcc"), bin.join("oshcc")).unwrap();
-    let lib = |profile: &str| {
+    // A library of `profile` whose mtime is `age` seconds ago.
+    let lib = |profile: &str, age: u64| {
         let d = root.join("target").join(profile);
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("libshmem_capi.so"), b"").unwrap();
-        d
+        let f = std::fs::File::create(d.join("libshmem_capi.so")).unwrap();
+        f.set_modified(std::time::SystemTime::now() - Duration::from_secs(age))
+            .unwrap();
     };
     let showme = || {
         let o = Command::new("sh")
@@ -573,14 +575,12 @@ fn oshcc_picks_the_newer_build_and_names_a_debug_one() {
             String::from_utf8_lossy(&o.stderr).into_owned(),
         )
     };
-    let release = lib("release");
-    std::thread::sleep(Duration::from_millis(1100)); // mtimes one second apart
-    lib("debug");
+    lib("release", 20);
+    lib("debug", 10);
     let (line, note) = showme();
     assert!(line.contains("target/debug"), "{line}");
     assert!(note.contains("unoptimised debug build"), "{note}");
-    std::thread::sleep(Duration::from_millis(1100));
-    std::fs::write(release.join("libshmem_capi.so"), b"").unwrap();
+    lib("release", 0);
     let (line, note) = showme();
     assert!(line.contains("target/release"), "{line}");
     assert!(note.is_empty(), "{note}");

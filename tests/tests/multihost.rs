@@ -485,9 +485,9 @@ fn shmemrun_per_node_starts_one_job_across_hosts() {
 /// which the other tests' connections draw from while they run beside
 /// this one: a port picked in that range was once taken by one of them.
 fn free_port_pair(salt: usize) -> u16 {
-    let start = 20000 + (std::process::id() as usize * 7 + salt * 101) % 12000;
+    let start = std::process::id() as usize * 7 + salt * 101;
     (0..400)
-        .map(|i| (20000 + (start - 20000 + i * 2) % 12000) as u16)
+        .map(|i| (20000 + (start + i * 2) % 12000) as u16)
         .find(|&p| {
             let a = std::net::TcpListener::bind(("0.0.0.0", p));
             let b = std::net::TcpListener::bind(("0.0.0.0", p + 1));
