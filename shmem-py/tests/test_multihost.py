@@ -2,9 +2,9 @@
 bridge, as tests/tests/multihost.rs builds them): one torchrun per host
 (``ip netns exec``), 2 PEs each, so same-host peers use HCCS and the hosts
 talk through the ROCE engine, under each of its providers: libfabric
-forced over ``tcp;ofi_rxm`` and over ``sockets``, and the software
-provider; torchrun's static rendezvous for each, and its c10d rendezvous
-once. What the PEs do and check: ``hosts_job.py``. Each job has a hard
+forced over ``tcp;ofi_rxm`` and over ``sockets``, libfabric as it picks
+without ``FI_PROVIDER``, and the software provider; torchrun's static
+rendezvous for the first three, and its c10d rendezvous for the default. What the PEs do and check: ``hosts_job.py``. Each job has a hard
 timeout, after which every process left in the namespaces is killed.
 
 Needs root, iproute2, torch and (for the libfabric runs) libfabric; it
@@ -135,6 +135,9 @@ def libfabric():
 PROVIDERS = {
     "sw": ({"SHMEM_ROCE_PROVIDER": "sw"}, "software verbs provider"),
     "ofi-tcp": ({"SHMEM_ROCE_PROVIDER": "ofi", "FI_PROVIDER": "tcp"}, "libfabric provider tcp;ofi_rxm"),
+    # No FI_PROVIDER: the provider libfabric and our preference pick (here
+    # `net`, libfabric's own TCP RDM endpoint, over `tcp;ofi_rxm`).
+    "ofi-default": ({"SHMEM_ROCE_PROVIDER": "ofi"}, "libfabric provider"),
     # sockets' progress threads spin 10 ms by default.
     "ofi-sockets": ({"SHMEM_ROCE_PROVIDER": "ofi", "FI_PROVIDER": "sockets", "FI_SOCKETS_PE_WAITTIME": "0"},
                     "libfabric provider sockets"),
@@ -198,7 +201,7 @@ def run_job(hosts, provider_env, rendezvous, port):
             p.wait()
 
 
-RUNS = [("sw", "static"), ("ofi-tcp", "static"), ("ofi-sockets", "static"), ("ofi-tcp", "c10d")]
+RUNS = [("sw", "static"), ("ofi-tcp", "static"), ("ofi-sockets", "static"), ("ofi-default", "c10d")]
 
 
 @pytest.mark.parametrize("provider,rendezvous", RUNS)

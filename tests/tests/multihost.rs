@@ -2,8 +2,8 @@
 //! each host is a different node and peers on other hosts are reached with
 //! the RoCE engine, same-host peers with HCCS. Every suite runs under each
 //! RoCE provider: the software verbs provider and libfabric over its
-//! `tcp;ofi_rxm` and `sockets` providers (when libfabric is installed; CI
-//! installs it and fails without it). Needs root and iproute2 (CI runs as
+//! `tcp;ofi_rxm` and `sockets` providers, and `net` where libfabric has it
+//! (when libfabric is installed; CI installs it and fails without it). Needs root and iproute2 (CI runs as
 //! root and installs it); elsewhere the tests say why they did not run.
 
 use std::ffi::OsString;
@@ -157,12 +157,23 @@ fn providers() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
     let mut v = vec![("sw", vec![("SHMEM_ROCE_PROVIDER", "sw")])];
     match shmem_transport_roce::ofi::probe(None) {
         Ok(_) => {
-            for fi in ["tcp", "sockets"] {
+            // `net`: libfabric's own TCP RDM endpoint, which `auto` prefers
+            // to `tcp;ofi_rxm` (1.17 names it so; from 1.18 it is `tcp`).
+            let net = shmem_transport_roce::ofi::provider_names()
+                .unwrap_or_default()
+                .iter()
+                .any(|n| n == "net");
+            let fis: &[&'static str] = if net {
+                &["tcp", "sockets", "net"]
+            } else {
+                &["tcp", "sockets"]
+            };
+            for &fi in fis {
                 v.push((
-                    if fi == "tcp" {
-                        "ofi/tcp"
-                    } else {
-                        "ofi/sockets"
+                    match fi {
+                        "tcp" => "ofi/tcp",
+                        "sockets" => "ofi/sockets",
+                        _ => "ofi/net",
                     },
                     vec![
                         ("SHMEM_ROCE_PROVIDER", "ofi"),

@@ -507,7 +507,7 @@ fn p2p_suite_over_libfabric_tcp_and_sockets() {
         );
         return;
     }
-    for fi in ["tcp", "sockets"] {
+    for fi in ofi_test_providers() {
         // The sockets provider's progress threads spin 10 ms by default,
         // which starves 3 PEs on a 2-core machine.
         let env = [
@@ -541,6 +541,19 @@ fn p2p_suite_over_libfabric_tcp_and_sockets() {
     }
 }
 
+/// The libfabric providers the tests force: `tcp` (`tcp;ofi_rxm`) and
+/// `sockets`, and `net` (libfabric's own TCP RDM endpoint, which has no
+/// atomics: every atomic and signal is a message) where this libfabric has
+/// it under that name (1.17; from 1.18 it is `tcp` itself).
+fn ofi_test_providers() -> Vec<&'static str> {
+    let names = shmem_transport_roce::ofi::provider_names().unwrap_or_default();
+    let mut v = vec!["tcp", "sockets"];
+    if names.iter().any(|n| n == "net") {
+        v.push("net");
+    }
+    v
+}
+
 /// `auto` with no usable libfabric provider (a bogus `FI_PROVIDER`) falls
 /// back to the software provider and says why at INFO level; `ofi` with a
 /// real one shows the provider, fabric, domain and MR mode in `SHMEM_INFO`.
@@ -570,7 +583,7 @@ fn auto_falls_back_to_sw_and_info_names_the_libfabric_provider() {
         assert!(std::env::var_os("CI").is_none(), "CI installs libfabric");
         return;
     }
-    for fi in ["tcp", "sockets"] {
+    for fi in ofi_test_providers() {
         let err = run(&[
             ("SHMEM_ROCE_PROVIDER", "ofi"),
             ("FI_PROVIDER", fi),
@@ -585,6 +598,56 @@ fn auto_falls_back_to_sw_and_info_names_the_libfabric_provider() {
             assert!(line.contains(what), "{what} missing: {line}");
         }
     }
+}
+
+/// libfabric's own TCP RDM endpoint (`net` in 1.17) has no atomics, so
+/// every atomic and signal travels as a message the target applies: with
+/// atomic messages forbidden, set-up fails saying so. Without
+/// `FI_PROVIDER`, `ofi` prefers it to `tcp;ofi_rxm`.
+#[test]
+fn ofi_provider_without_atomics_uses_messages_or_says_why() {
+    let names = match shmem_transport_roce::ofi::provider_names() {
+        Ok(n) => n,
+        Err(why) => {
+            eprintln!("not run: {why}");
+            assert!(std::env::var_os("CI").is_none(), "CI installs libfabric");
+            return;
+        }
+    };
+    if !names.iter().any(|n| n == "net") {
+        eprintln!("not run: this libfabric has no `net` provider ({names:?})");
+        return;
+    }
+    let run = |env: &[(&str, &str)]| {
+        let mut c = std::process::Command::new(PE);
+        c.arg("atomics")
+            .env("SHMEM_TEST_ENGINE", "ROCE")
+            .env("SHMEM_ROCE_PROVIDER", "ofi")
+            .env("SHMEM_INFO", "1")
+            .env_remove("FI_PROVIDER")
+            .env_remove("SHMEM_RANK");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let out = run(&[("FI_PROVIDER", "net"), ("SHMEM_ROCE_OFI_AMO_MSG", "0")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "ran without atomics: {err}");
+    assert!(
+        err.contains("provider net has no 32- and 64-bit compare-and-swap")
+            && err.contains("SHMEM_ROCE_OFI_AMO_MSG=0 forbids"),
+        "{err}"
+    );
+    let out = run(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("shmem ROCE engine: libfabric provider"))
+        .unwrap_or_else(|| panic!("no provider line in:\n{err}"));
+    assert!(line.contains("provider net,"), "{line}");
+    assert!(line.contains("signals as messages"), "{line}");
 }
 
 /// PEs that disagree on `SHMEM_ROCE_OFI_SIGNAL_MSG` (one sends signals as

@@ -67,6 +67,9 @@ pub const FI_THREAD_SAFE: c_int = 1;
 pub const FI_PROGRESS_AUTO: c_int = 1;
 pub const FI_PROGRESS_MANUAL: c_int = 2;
 pub const FI_AV_MAP: c_int = 1;
+/// `enum fi_proto` value of libfabric's own TCP RDM protocol (the `net`
+/// provider of 1.17, `tcp` from 1.18).
+pub const FI_PROTO_XNET: u32 = 25;
 pub const FI_AV_TABLE: c_int = 2;
 pub const FI_CQ_FORMAT_CONTEXT: c_int = 1;
 pub const FI_CQ_FORMAT_DATA: c_int = 3;
@@ -859,6 +862,7 @@ mod tests {
             ("FI_EP_RDM", FI_EP_RDM as usize),
             ("FI_THREAD_SAFE", FI_THREAD_SAFE as usize),
             ("FI_PROGRESS_MANUAL", FI_PROGRESS_MANUAL as usize),
+            ("FI_PROTO_XNET", FI_PROTO_XNET as usize),
             ("FI_AV_TABLE", FI_AV_TABLE as usize),
             ("FI_CQ_FORMAT_CONTEXT", FI_CQ_FORMAT_CONTEXT as usize),
             ("FI_CQ_FORMAT_DATA", FI_CQ_FORMAT_DATA as usize),
