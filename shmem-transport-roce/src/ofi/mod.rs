@@ -577,13 +577,17 @@ fn pick(list: &InfoList<'_>) -> std::result::Result<*mut fi_info, String> {
         let name = unsafe { cstr((*(*i).fabric_attr).prov_name) };
         if explicit || auto_may_pick(&name) {
             if !explicit {
+                // On the same network (fabric) as libfabric's first choice.
+                // SAFETY: as above.
+                let fabric = unsafe { cstr((*(*i).fabric_attr).name) };
                 // SAFETY: as above.
                 let better = list.iter().find(|&j| unsafe {
-                    prefer_over(
-                        &cstr((*(*j).fabric_attr).prov_name),
-                        (*(*j).ep_attr).protocol,
-                        &name,
-                    )
+                    cstr((*(*j).fabric_attr).name) == fabric
+                        && prefer_over(
+                            &cstr((*(*j).fabric_attr).prov_name),
+                            (*(*j).ep_attr).protocol,
+                            &name,
+                        )
                 });
                 if let Some(j) = better {
                     return Ok(j);
@@ -3412,6 +3416,18 @@ mod tests {
         let b = postcard::to_stdvec(&c).unwrap();
         assert_eq!(postcard::from_bytes::<PeerCard>(&b).unwrap(), c);
         assert!(postcard::from_bytes::<PeerCard>(&b[..b.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn auto_prefers_the_native_tcp_rdm_endpoint_to_rxm_only() {
+        // 1.17's `net`, and 1.18's `tcp` (both FI_PROTO_XNET), over tcp;ofi_rxm.
+        assert!(prefer_over("net", FI_PROTO_XNET, "tcp;ofi_rxm"));
+        assert!(prefer_over("tcp", FI_PROTO_XNET, "tcp;ofi_rxm"));
+        // Never over a fabric's own provider, nor a layered one in its place.
+        assert!(!prefer_over("net", FI_PROTO_XNET, "verbs;ofi_rxm"));
+        assert!(!prefer_over("net", FI_PROTO_XNET, "efa"));
+        assert!(!prefer_over("tcp;ofi_rxm", FI_PROTO_XNET, "tcp;ofi_rxm"));
+        assert!(!prefer_over("sockets", 0, "tcp;ofi_rxm"));
     }
 
     #[test]
