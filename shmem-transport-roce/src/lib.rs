@@ -86,6 +86,13 @@ shmem_core::config_var!(
 );
 
 shmem_core::config_var!(
+    "SHMEM_ROCE_OFI_DIRECT_PUT",
+    shmem_core::config::ByteSize,
+    "256K",
+    "Blocking libfabric puts of at least this many bytes (K/M suffixes) write straight from the caller's buffer and return once the data is in the target's memory; smaller ones copy it into a bounce buffer and return at once (0: always copy)"
+);
+
+shmem_core::config_var!(
     "SHMEM_ROCE_OFI_MR_LOCAL",
     u64,
     "0",

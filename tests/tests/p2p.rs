@@ -538,6 +538,15 @@ fn p2p_suite_over_libfabric_tcp_and_sockets() {
         for scenario in ["rma", "atomics", "signals", "bulk", "collectives"] {
             at_sizes(scenario, &[2], &local);
         }
+        // Every blocking put through a bounce buffer, and every one beyond
+        // an inject straight from its source (default: from 256 KiB).
+        for direct in ["0", "1"] {
+            let mut e = env.to_vec();
+            e.push(("SHMEM_ROCE_OFI_DIRECT_PUT", direct));
+            for scenario in ["rma", "bulk"] {
+                at_sizes(scenario, &[2], &e);
+            }
+        }
     }
 }
 

@@ -953,9 +953,11 @@ fn bulk(pe: &Shmem) -> Result<()> {
     // Blocking puts large enough that their bounce buffers are pooled (and,
     // where local buffers must be registered, registered once): reused
     // from one put to the next while earlier ones may still be in flight.
-    // They overwrite `other`: every PE has checked its copy first.
+    // They overwrite `other`: every PE has checked its copy first. 64 KiB
+    // each: under libfabric's SHMEM_ROCE_OFI_DIRECT_PUT (256K), so they
+    // bounce, where the 3 MiB put above wrote straight from its source.
     pe.barrier_all()?;
-    let chunk = 64 << 10;
+    let chunk = 16 << 10;
     for round in 0..6u32 {
         let v: Vec<u32> = (0..chunk as u32)
             .map(|i| i ^ round << 20 ^ (me as u32) << 24)
