@@ -135,8 +135,7 @@ def libfabric():
 PROVIDERS = {
     "sw": ({"SHMEM_ROCE_PROVIDER": "sw"}, "software verbs provider"),
     "ofi-tcp": ({"SHMEM_ROCE_PROVIDER": "ofi", "FI_PROVIDER": "tcp"}, "libfabric provider tcp;ofi_rxm"),
-    # No FI_PROVIDER: the provider libfabric and our preference pick (here
-    # `net`, libfabric's own TCP RDM endpoint, over `tcp;ofi_rxm`).
+    # No FI_PROVIDER: the provider libfabric picks (`tcp;ofi_rxm` here).
     "ofi-default": ({"SHMEM_ROCE_PROVIDER": "ofi"}, "libfabric provider"),
     # sockets' progress threads spin 10 ms by default.
     "ofi-sockets": ({"SHMEM_ROCE_PROVIDER": "ofi", "FI_PROVIDER": "sockets", "FI_SOCKETS_PE_WAITTIME": "0"},

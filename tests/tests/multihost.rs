@@ -157,8 +157,8 @@ fn providers() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
     let mut v = vec![("sw", vec![("SHMEM_ROCE_PROVIDER", "sw")])];
     match shmem_transport_roce::ofi::probe(None) {
         Ok(_) => {
-            // `net`: libfabric's own TCP RDM endpoint, which `auto` prefers
-            // to `tcp;ofi_rxm` (1.17 names it so; from 1.18 it is `tcp`).
+            // `net`: libfabric's own TCP RDM endpoint, without atomics
+            // (1.17 names it so; from 1.18 it is `tcp`).
             let net = shmem_transport_roce::ofi::provider_names()
                 .unwrap_or_default()
                 .iter()

@@ -611,8 +611,8 @@ fn auto_falls_back_to_sw_and_info_names_the_libfabric_provider() {
 
 /// libfabric's own TCP RDM endpoint (`net` in 1.17) has no atomics, so
 /// every atomic and signal travels as a message the target applies: with
-/// atomic messages forbidden, set-up fails saying so. Without
-/// `FI_PROVIDER`, `ofi` prefers it to `tcp;ofi_rxm`.
+/// atomic messages forbidden, set-up fails saying so, and otherwise
+/// `SHMEM_INFO` says signals are messages.
 #[test]
 fn ofi_provider_without_atomics_uses_messages_or_says_why() {
     let names = match shmem_transport_roce::ofi::provider_names() {
@@ -648,7 +648,7 @@ fn ofi_provider_without_atomics_uses_messages_or_says_why() {
             && err.contains("SHMEM_ROCE_OFI_AMO_MSG=0 forbids"),
         "{err}"
     );
-    let out = run(&[]);
+    let out = run(&[("FI_PROVIDER", "net")]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let line = err

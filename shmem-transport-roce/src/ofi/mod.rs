@@ -53,7 +53,8 @@
 //! Its domain claims automatic progress, but its thread runs only for wait
 //! objects other than a file descriptor; with ours it moves data only
 //! inside libfabric calls and is driven as a manual-progress provider.
-//! Without `FI_PROVIDER`, it is taken over `tcp;ofi_rxm` ([`prefer_over`]).
+//! It is used where `FI_PROVIDER` names it; `auto` keeps libfabric's
+//! order (`tcp;ofi_rxm` first), see [`Inner::stale_wait_fd`] for why.
 //!
 //! Progress: a progress thread polls the completion queue (manual-progress
 //! providers such as `tcp;ofi_rxm` move data only inside libfabric calls)
@@ -210,6 +211,11 @@ const BOUNCE_POOL_MIN: usize = 64 << 10;
 const BOUNCE_POOL_BYTES: usize = 16 << 20;
 /// How long the progress thread keeps polling after its last completion.
 const HOT: Duration = Duration::from_micros(150);
+/// Naps of the progress thread where the wait descriptor cannot be
+/// trusted ([`Inner::stale_wait_fd`]), within [`NAP_ACTIVE_FOR`] of the
+/// last activity; after that it blocks in `fi_cq_sread`.
+const NAP_ACTIVE: Duration = Duration::from_micros(50);
+const NAP_ACTIVE_FOR: Duration = Duration::from_millis(10);
 /// Bits of a write's remote CQ data that hold the heap offset of its range;
 /// the other 24 hold its length ([`remote_data`]).
 const REMOTE_DATA_OFFSET_BITS: u32 = 40;
@@ -439,18 +445,6 @@ pub fn auto_may_pick(provider: &str) -> bool {
         .is_some_and(|core| HOST_ONLY.contains(&core))
 }
 
-/// Whether `auto` takes `candidate` (a provider of the list, speaking
-/// `protocol`) where libfabric's order offers `first`: libfabric's own TCP
-/// RDM endpoint (protocol `FI_PROTO_XNET`; the `net` provider of 1.17,
-/// `tcp` itself from 1.18) over `tcp;ofi_rxm`, the same sockets without
-/// the `ofi_rxm` layer. Between two namespace hosts here its round trips
-/// measured faster (8-byte put-with-signal ping-pong 10.9-15.0 us against
-/// 11.6-20.5 per hop, 8-byte get 24-37 against 38-47) at the same
-/// bandwidth; it has no atomics, so signals and atomics travel as messages.
-pub fn prefer_over(candidate: &str, protocol: u32, first: &str) -> bool {
-    first == "tcp;ofi_rxm" && protocol == FI_PROTO_XNET && !candidate.contains(';')
-}
-
 /// A provider found by [`probe`].
 #[derive(Debug, Clone)]
 pub struct Found {
@@ -574,8 +568,7 @@ fn getinfo<'a>(api: &'a Api, node: Option<IpAddr>) -> std::result::Result<InfoLi
 
 /// Picks the first usable provider of the list (honouring `FI_PROVIDER`,
 /// which libfabric applies itself; without it, host-only providers are
-/// skipped, and libfabric's own TCP RDM endpoint is preferred to
-/// `tcp;ofi_rxm`: see [`prefer_over`]).
+/// skipped).
 fn pick(list: &InfoList<'_>) -> std::result::Result<*mut fi_info, String> {
     let explicit = std::env::var("FI_PROVIDER").is_ok_and(|p| !p.trim().is_empty());
     let mut skipped = Vec::new();
@@ -583,23 +576,6 @@ fn pick(list: &InfoList<'_>) -> std::result::Result<*mut fi_info, String> {
         // SAFETY: a node of the fi_getinfo list, with its attribute structs.
         let name = unsafe { cstr((*(*i).fabric_attr).prov_name) };
         if explicit || auto_may_pick(&name) {
-            if !explicit {
-                // On the same network (fabric) as libfabric's first choice.
-                // SAFETY: as above.
-                let fabric = unsafe { cstr((*(*i).fabric_attr).name) };
-                // SAFETY: as above.
-                let better = list.iter().find(|&j| unsafe {
-                    cstr((*(*j).fabric_attr).name) == fabric
-                        && prefer_over(
-                            &cstr((*(*j).fabric_attr).prov_name),
-                            (*(*j).ep_attr).protocol,
-                            &name,
-                        )
-                });
-                if let Some(j) = better {
-                    return Ok(j);
-                }
-            }
             return Ok(i);
         }
         skipped.push(name);
@@ -820,6 +796,24 @@ struct Inner {
     link: Duration,
     stopping: AtomicBool,
     sread: bool,
+    /// The completion queue's wait descriptor says nothing about traffic:
+    /// libfabric's own TCP RDM endpoint (`FI_PROTO_XNET`) signals it for
+    /// every completion and only a blocking `fi_cq_sread` re-arms it (its
+    /// `fi_trywait` does nothing), so once anything completed it stays
+    /// readable. Taken for traffic, it kept the progress thread polling
+    /// for good: a whole core per PE while idle (3.0 s of CPU in 3 s), and
+    /// an 8-byte get from a PE computing for 2 ms waited for the end of
+    /// the computation (medians up to 2.1 ms), the thread sharing the
+    /// cores with everything else. Blocking in `fi_cq_sread` instead
+    /// (woken by every message) cost the put-with-signal ping-pong up to
+    /// 85 us per hop. So within [`NAP_ACTIVE_FOR`] of the last activity
+    /// here (a completion or a waiting thread's poll) the thread naps
+    /// [`NAP_ACTIVE`] between polls, and only after that blocks in
+    /// `fi_cq_sread`. A peer's get from a PE whose waiting thread sleeps
+    /// then pays the nap (an 8-byte get, target in a barrier: 47-82 us
+    /// against 29-40 over `tcp;ofi_rxm`), which is why `auto` does not
+    /// prefer this provider.
+    stale_wait_fd: bool,
     /// The provider moves data on its own threads (`FI_PROGRESS_AUTO`): a
     /// posted operation may still be queued inside this process on return.
     auto_progress: bool,
@@ -1836,6 +1830,9 @@ struct Opened {
     native_amo: bool,
     sread: bool,
     wait_fd: Option<c_int>,
+    /// `fi_trywait` does not re-arm the completion queue's wait descriptor
+    /// (see [`Inner::stale_wait_fd`]).
+    stale_wait_fd: bool,
     addr: Vec<u8>,
     /// Bytes of remote CQ data the provider carries with a write.
     cq_data_size: usize,
@@ -2059,6 +2056,7 @@ fn open(api: &Api, info: *mut fi_info, base: *mut u8, size: usize) -> Result<Ope
                 native,
                 sread,
                 wait_fd,
+                stale_wait_fd: ea.protocol == FI_PROTO_XNET,
                 addr,
                 cq_data_size: da.cq_data_size,
                 raw: Raw::null(),
@@ -2356,6 +2354,7 @@ impl Ofi {
             link: init.config.link_timeout.max(Duration::from_millis(100)),
             stopping: AtomicBool::new(false),
             sread: opened.sread,
+            stale_wait_fd: opened.stale_wait_fd,
             auto_progress: opened.progress == FI_PROGRESS_AUTO,
             info,
         });
@@ -2393,6 +2392,25 @@ impl Ofi {
                     }
                     let block = (!i.auto_progress && !hot).then_some(20);
                     let got = match (block, wait_fd) {
+                        (Some(ms), Some(_)) if i.stale_wait_fd => {
+                            let driven = Duration::from_nanos(
+                                (i.epoch.elapsed().as_nanos() as u64)
+                                    .saturating_sub(i.driven_at.load(Ordering::Relaxed)),
+                            );
+                            if active.elapsed().min(driven) < NAP_ACTIVE_FOR {
+                                // Acknowledgements may wait for the next
+                                // nap (see `defer_ack`), a short one.
+                                i.hot.store(true, Ordering::SeqCst);
+                                std::thread::sleep(NAP_ACTIVE);
+                                i.flush_acks();
+                                i.try_poll_cq()
+                            } else {
+                                // Idle: block in the provider, which
+                                // re-arms the descriptor and serves what
+                                // comes (acknowledgements leave at once).
+                                i.poll_cq(Some(ms))
+                            }
+                        }
                         (Some(ms), Some(fd)) => {
                             // Traffic that makes no completion here (a
                             // peer's read of this PE's memory) keeps the
@@ -3438,18 +3456,6 @@ mod tests {
         let b = postcard::to_stdvec(&c).unwrap();
         assert_eq!(postcard::from_bytes::<PeerCard>(&b).unwrap(), c);
         assert!(postcard::from_bytes::<PeerCard>(&b[..b.len() - 1]).is_err());
-    }
-
-    #[test]
-    fn auto_prefers_the_native_tcp_rdm_endpoint_to_rxm_only() {
-        // 1.17's `net`, and 1.18's `tcp` (both FI_PROTO_XNET), over tcp;ofi_rxm.
-        assert!(prefer_over("net", FI_PROTO_XNET, "tcp;ofi_rxm"));
-        assert!(prefer_over("tcp", FI_PROTO_XNET, "tcp;ofi_rxm"));
-        // Never over a fabric's own provider, nor a layered one in its place.
-        assert!(!prefer_over("net", FI_PROTO_XNET, "verbs;ofi_rxm"));
-        assert!(!prefer_over("net", FI_PROTO_XNET, "efa"));
-        assert!(!prefer_over("tcp;ofi_rxm", FI_PROTO_XNET, "tcp;ofi_rxm"));
-        assert!(!prefer_over("sockets", 0, "tcp;ofi_rxm"));
     }
 
     #[test]
