@@ -31,6 +31,19 @@ pub fn assert_ok(report: &JobReport, what: &str) {
     );
 }
 
+/// The libfabric providers the tests force: `tcp` (`tcp;ofi_rxm`) and
+/// `sockets`, and `net` (libfabric's own TCP RDM endpoint, which has no
+/// atomics: every atomic and signal is a message) where this libfabric has
+/// it under that name (1.17; from 1.18 it is `tcp` itself).
+pub fn ofi_test_providers() -> Vec<&'static str> {
+    let names = shmem_transport_roce::ofi::provider_names().unwrap_or_default();
+    let mut v = vec!["tcp", "sockets"];
+    if names.iter().any(|n| n == "net") {
+        v.push("net");
+    }
+    v
+}
+
 /// Entries of /dev/shm whose name mentions shmem (there must be none).
 pub fn shm_leftovers() -> Vec<String> {
     std::fs::read_dir("/dev/shm")

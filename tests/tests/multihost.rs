@@ -157,18 +157,7 @@ fn providers() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
     let mut v = vec![("sw", vec![("SHMEM_ROCE_PROVIDER", "sw")])];
     match shmem_transport_roce::ofi::probe(None) {
         Ok(_) => {
-            // `net`: libfabric's own TCP RDM endpoint, without atomics
-            // (1.17 names it so; from 1.18 it is `tcp`).
-            let net = shmem_transport_roce::ofi::provider_names()
-                .unwrap_or_default()
-                .iter()
-                .any(|n| n == "net");
-            let fis: &[&'static str] = if net {
-                &["tcp", "sockets", "net"]
-            } else {
-                &["tcp", "sockets"]
-            };
-            for &fi in fis {
+            for fi in shmem_tests::ofi_test_providers() {
                 v.push((
                     match fi {
                         "tcp" => "ofi/tcp",

@@ -507,7 +507,7 @@ fn p2p_suite_over_libfabric_tcp_and_sockets() {
         );
         return;
     }
-    for fi in ofi_test_providers() {
+    for fi in shmem_tests::ofi_test_providers() {
         // The sockets provider's progress threads spin 10 ms by default,
         // which starves 3 PEs on a 2-core machine.
         let env = [
@@ -550,19 +550,6 @@ fn p2p_suite_over_libfabric_tcp_and_sockets() {
     }
 }
 
-/// The libfabric providers the tests force: `tcp` (`tcp;ofi_rxm`) and
-/// `sockets`, and `net` (libfabric's own TCP RDM endpoint, which has no
-/// atomics: every atomic and signal is a message) where this libfabric has
-/// it under that name (1.17; from 1.18 it is `tcp` itself).
-fn ofi_test_providers() -> Vec<&'static str> {
-    let names = shmem_transport_roce::ofi::provider_names().unwrap_or_default();
-    let mut v = vec!["tcp", "sockets"];
-    if names.iter().any(|n| n == "net") {
-        v.push("net");
-    }
-    v
-}
-
 /// `auto` with no usable libfabric provider (a bogus `FI_PROVIDER`) falls
 /// back to the software provider and says why at INFO level; `ofi` with a
 /// real one shows the provider, fabric, domain and MR mode in `SHMEM_INFO`.
@@ -592,7 +579,7 @@ fn auto_falls_back_to_sw_and_info_names_the_libfabric_provider() {
         assert!(std::env::var_os("CI").is_none(), "CI installs libfabric");
         return;
     }
-    for fi in ofi_test_providers() {
+    for fi in shmem_tests::ofi_test_providers() {
         let err = run(&[
             ("SHMEM_ROCE_PROVIDER", "ofi"),
             ("FI_PROVIDER", fi),
@@ -628,8 +615,11 @@ fn ofi_provider_without_atomics_uses_messages_or_says_why() {
         return;
     }
     let run = |env: &[(&str, &str)]| {
-        let mut c = std::process::Command::new(PE);
-        c.arg("atomics")
+        // One PE, bounded like every job of the tests (coreutils' timeout).
+        let mut c = std::process::Command::new("timeout");
+        c.arg(shmem_tests::JOB_TIMEOUT.as_secs().to_string())
+            .arg(PE)
+            .arg("atomics")
             .env("SHMEM_TEST_ENGINE", "ROCE")
             .env("SHMEM_ROCE_PROVIDER", "ofi")
             .env("SHMEM_INFO", "1")

@@ -731,6 +731,16 @@ struct NativeAmo {
     byte_write_max: usize,
 }
 
+impl NativeAmo {
+    /// 32- and 64-bit compare-and-swap exist, so every atomic can be done
+    /// (or emulated) with the provider's atomics; without them every
+    /// atomic and signal is a message the target applies (`create` checks
+    /// that they can be).
+    fn complete(&self) -> bool {
+        self.cswap[0] && self.cswap[1]
+    }
+}
+
 struct Raw {
     fabric: *mut fid_fabric,
     domain: *mut fid_domain,
@@ -1825,9 +1835,6 @@ struct Opened {
     inject_size: usize,
     progress: c_int,
     native: NativeAmo,
-    /// 32- and 64-bit compare-and-swap exist, so every atomic can be done
-    /// (or emulated) with the provider's atomics.
-    native_amo: bool,
     sread: bool,
     wait_fd: Option<c_int>,
     /// `fi_trywait` does not re-arm the completion queue's wait descriptor
@@ -2025,15 +2032,12 @@ fn open(api: &Api, info: *mut fi_info, base: *mut u8, size: usize) -> Result<Ope
                     }
                 },
             };
-            // Without a native compare-and-swap no atomic can be emulated
-            // on the provider: every atomic and signal is then a message
-            // that the target applies (`create` checks that they can be).
-            let native_amo = native.cswap[0] && native.cswap[1];
             // libfabric's own TCP RDM endpoint (`net` in 1.17, `tcp` from
             // 1.18) claims automatic progress but runs its thread only for
             // wait objects other than a file descriptor: with ours, data
             // moves only inside libfabric calls.
-            let progress = if ea.protocol == FI_PROTO_XNET && wait_fd.is_some() {
+            let xnet = ea.protocol == FI_PROTO_XNET;
+            let progress = if xnet && wait_fd.is_some() {
                 FI_PROGRESS_MANUAL
             } else {
                 da.data_progress
@@ -2046,8 +2050,7 @@ fn open(api: &Api, info: *mut fi_info, base: *mut u8, size: usize) -> Result<Ope
                 // Signal and atomic messages are applied by the target's
                 // threads, not in the stream's order: with them the
                 // provider's write ordering does not carry over.
-                ordered: ta.msg_order & FI_ORDER_WAW != 0 && native_amo,
-                native_amo,
+                ordered: ta.msg_order & FI_ORDER_WAW != 0 && native.complete(),
                 atomics_ordered: ta.msg_order & (FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAW)
                     == (FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAW),
                 max_chunk: ea.max_msg_size.clamp(4096, MAX_CHUNK),
@@ -2056,7 +2059,7 @@ fn open(api: &Api, info: *mut fi_info, base: *mut u8, size: usize) -> Result<Ope
                 native,
                 sread,
                 wait_fd,
-                stale_wait_fd: ea.protocol == FI_PROTO_XNET,
+                stale_wait_fd: xnet,
                 addr,
                 cq_data_size: da.cq_data_size,
                 raw: Raw::null(),
@@ -2117,7 +2120,7 @@ impl Ofi {
         // Atomic messages need signals as messages (their answers ride the
         // same machinery) and room for one in an inject.
         let amo_msg_possible = signal_msg > 0 && opened.inject_size >= AMO_LEN.max(ACK_VALUE_LEN);
-        if !(opened.native_amo || (amo_msg_wanted && amo_msg_possible)) {
+        if !(opened.native.complete() || (amo_msg_wanted && amo_msg_possible)) {
             raw.close_all();
             return Err(unavailable(format!(
                 "provider {} has no 32- and 64-bit compare-and-swap (fi_query_atomic), so its atomics and signals must travel as messages, {}",
@@ -2150,7 +2153,7 @@ impl Ofi {
             // Without native atomics they are messages on any provider.
             amo_msg: amo_msg_wanted
                 && amo_msg_possible
-                && (!opened.native_amo
+                && (!opened.native.complete()
                     || (!opened.ordered && opened.progress == FI_PROGRESS_MANUAL)),
         };
         let setup = || -> Result<Vec<Option<Peer>>> {
@@ -2382,34 +2385,38 @@ impl Ofi {
                     // blocked fi_cq_sread promptly: they are polled every
                     // 100 us when idle.
                     let hot = active.elapsed() < HOT;
-                    if hot != i.hot.load(Ordering::Relaxed) {
-                        i.hot.store(hot, Ordering::SeqCst);
-                        if !hot {
-                            // Acknowledgements queued while it was hot
-                            // leave before it blocks (see `defer_ack`).
+                    let block = (!i.auto_progress && !hot).then_some(20);
+                    // Where the wait descriptor cannot be trusted, the
+                    // thread naps between polls while this PE was active
+                    // lately (see `Inner::stale_wait_fd`).
+                    let napping = block.is_some() && wait_fd.is_some() && i.stale_wait_fd && {
+                        let driven = Duration::from_nanos(
+                            (i.epoch.elapsed().as_nanos() as u64)
+                                .saturating_sub(i.driven_at.load(Ordering::Relaxed)),
+                        );
+                        active.elapsed().min(driven) < NAP_ACTIVE_FOR
+                    };
+                    // Acknowledgements may wait for the next round while
+                    // the thread polls or naps (see `defer_ack`).
+                    let defer = hot || napping;
+                    if defer != i.hot.load(Ordering::Relaxed) {
+                        i.hot.store(defer, Ordering::SeqCst);
+                        if !defer {
+                            // Those queued meanwhile leave before it
+                            // blocks.
                             i.flush_acks();
                         }
                     }
-                    let block = (!i.auto_progress && !hot).then_some(20);
                     let got = match (block, wait_fd) {
+                        (Some(_), Some(_)) if napping => {
+                            std::thread::sleep(NAP_ACTIVE);
+                            i.flush_acks();
+                            i.try_poll_cq()
+                        }
                         (Some(ms), Some(_)) if i.stale_wait_fd => {
-                            let driven = Duration::from_nanos(
-                                (i.epoch.elapsed().as_nanos() as u64)
-                                    .saturating_sub(i.driven_at.load(Ordering::Relaxed)),
-                            );
-                            if active.elapsed().min(driven) < NAP_ACTIVE_FOR {
-                                // Acknowledgements may wait for the next
-                                // nap (see `defer_ack`), a short one.
-                                i.hot.store(true, Ordering::SeqCst);
-                                std::thread::sleep(NAP_ACTIVE);
-                                i.flush_acks();
-                                i.try_poll_cq()
-                            } else {
-                                // Idle: block in the provider, which
-                                // re-arms the descriptor and serves what
-                                // comes (acknowledgements leave at once).
-                                i.poll_cq(Some(ms))
-                            }
+                            // Idle: block in the provider, which re-arms the
+                            // descriptor and serves what comes.
+                            i.poll_cq(Some(ms))
                         }
                         (Some(ms), Some(fd)) => {
                             // Traffic that makes no completion here (a
