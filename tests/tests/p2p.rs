@@ -649,6 +649,70 @@ fn ofi_provider_without_atomics_uses_messages_or_says_why() {
     assert!(line.contains("signals as messages"), "{line}");
 }
 
+/// The libfabric engine's progress thread learns at run time whether
+/// `fi_trywait` re-arms its completion queue's wait descriptor: it does over
+/// `tcp;ofi_rxm` (the thread then blocks on it), and it does not over
+/// libfabric 1.17's `net` (the thread naps and blocks in `fi_cq_sread`, or
+/// it would poll without end). Both PEs say so in the log; the opposite
+/// verdict, or a change of verdict, fails the test.
+#[test]
+fn ofi_progress_thread_learns_whether_the_wait_descriptor_rearms() {
+    let names = match shmem_transport_roce::ofi::provider_names() {
+        Ok(n) => n,
+        Err(why) => {
+            eprintln!("not run: {why}");
+            assert!(std::env::var_os("CI").is_none(), "CI installs libfabric");
+            return;
+        }
+    };
+    let mut cases = vec![("tcp", "fi_trywait re-arms", "stays readable")];
+    if names.iter().any(|n| n == "net") {
+        cases.push(("net", "stays readable", "fi_trywait re-arms"));
+    }
+    for (provider, expect, never) in cases {
+        let file = std::env::temp_dir().join(format!(
+            "shmem-wait-fd-{provider}-{}.txt",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&file);
+        let script = format!("exec \"$0\" idle_gaps 2>>'{}'", file.display());
+        let mut o = shmem_tests::LaunchOptions::new(2, "/bin/sh");
+        o.args = vec!["-c".into(), script.into(), PE.into()];
+        o.env = [
+            ("SHMEM_TEST_ENGINE", "ROCE"),
+            ("SHMEM_ROCE_PROVIDER", "ofi"),
+            ("FI_PROVIDER", provider),
+            ("SHMEM_LOG_LEVEL", "info"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        o.timeout = Some(shmem_tests::JOB_TIMEOUT);
+        let r = shmem_tests::launch(&o).unwrap();
+        let err = std::fs::read_to_string(&file).unwrap_or_default();
+        let _ = std::fs::remove_file(&file);
+        assert!(r.success(), "{provider}: {:?}\n{err}", r.summary());
+        let verdicts: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("wait descriptor"))
+            .collect();
+        for pe in 0..2 {
+            assert!(
+                verdicts
+                    .iter()
+                    .any(|l| l.contains(&format!("PE {pe}]")) && l.contains(expect)),
+                "{provider}: PE {pe} did not say \"{expect}\":\n{err}"
+            );
+        }
+        assert!(
+            !verdicts
+                .iter()
+                .any(|l| l.contains(never) || l.contains("changed")),
+            "{provider}: {verdicts:?}"
+        );
+    }
+}
+
 /// PEs that disagree on `SHMEM_ROCE_OFI_SIGNAL_MSG` (one sends signals as
 /// messages its target applies, another as provider atomics, which are not
 /// atomic with each other) fail at set-up, naming the variable.

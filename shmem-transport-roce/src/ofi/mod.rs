@@ -50,11 +50,15 @@
 //! the setting, where `SHMEM_ROCE_OFI_SIGNAL_MSG` or `SHMEM_ROCE_OFI_AMO_MSG`
 //! forbids them), and the provider counts as unordered (messages are
 //! applied by the target's threads, not in the stream), so fences drain.
-//! Its domain claims automatic progress, but its thread runs only for wait
-//! objects other than a file descriptor; with ours it moves data only
-//! inside libfabric calls and is driven as a manual-progress provider.
-//! It is used where `FI_PROVIDER` names it; `auto` keeps libfabric's
-//! order (`tcp;ofi_rxm` first), see [`Inner::stale_wait_fd`] for why.
+//! Its domain claims automatic progress, but in 1.17 its thread runs only
+//! for wait objects other than a file descriptor; with ours it moves data
+//! only inside libfabric calls and is driven as a manual-progress provider
+//! (later versions start their thread for a descriptor too, and driving it
+//! as well costs only polls). Its 1.17 wait descriptor does not re-arm in
+//! `fi_trywait`, which the progress thread learns at run time
+//! ([`WaitFdTrust`]). It is used where `FI_PROVIDER` names it; `auto`
+//! keeps libfabric's order (`tcp;ofi_rxm` first), see [`WaitFdTrust`] for
+//! why.
 //!
 //! Progress: a progress thread polls the completion queue (manual-progress
 //! providers such as `tcp;ofi_rxm` move data only inside libfabric calls)
@@ -212,7 +216,7 @@ const BOUNCE_POOL_BYTES: usize = 16 << 20;
 /// How long the progress thread keeps polling after its last completion.
 const HOT: Duration = Duration::from_micros(150);
 /// Naps of the progress thread where the wait descriptor cannot be
-/// trusted ([`Inner::stale_wait_fd`]), within [`NAP_ACTIVE_FOR`] of the
+/// trusted ([`WaitFdTrust`]), within [`NAP_ACTIVE_FOR`] of the
 /// last activity; after that it blocks in `fi_cq_sread`.
 const NAP_ACTIVE: Duration = Duration::from_micros(50);
 const NAP_ACTIVE_FOR: Duration = Duration::from_millis(10);
@@ -376,6 +380,160 @@ enum Traffic {
     /// The descriptor cannot be waited on; the thread falls back to
     /// `fi_cq_sread`.
     Broken(String),
+}
+
+/// What one look at the completion queue's wait descriptor around
+/// `fi_trywait` showed ([`Inner::look_at_wait_fd`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FdLook {
+    /// Readable before `fi_trywait` and quiet after it: the call re-armed
+    /// it.
+    Rearmed,
+    /// Readable before and after a `fi_trywait` that found the queue empty.
+    Stuck,
+    /// Nothing to learn: quiet before the call, or work pending.
+    Unknown,
+}
+
+/// What [`WaitFdTrust::observe`] concluded from a look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Nothing new.
+    Same,
+    /// The verdict held at start-up is confirmed (logged once).
+    Confirmed(bool),
+    /// The verdict changed: the descriptor is (`true`) or is not trusted
+    /// from now on.
+    Changed(bool),
+}
+
+/// Whether the idle progress thread may block on the completion queue's
+/// wait descriptor, learnt at run time from what the descriptor shows
+/// around `fi_trywait` (a look each time the thread is about to block).
+///
+/// Why it matters: libfabric's own TCP RDM endpoint of 1.17
+/// (`FI_PROTO_XNET`) signals the descriptor for every completion and
+/// re-arms it only inside a blocking `fi_cq_sread` (its `fi_trywait` does
+/// nothing; later libfabric versions reset it there), so once anything
+/// completed it stays readable. Taken for traffic, it kept the progress
+/// thread polling for good: a whole core per PE while idle (3.0 s of CPU in
+/// 3 s), and an 8-byte get from a PE computing for 2 ms waited for the end
+/// of the computation (medians up to 2.1 ms), the thread sharing the cores
+/// with everything else. Blocking in `fi_cq_sread` instead (woken by every
+/// message) cost the put-with-signal ping-pong up to 85 us per hop. So
+/// where the descriptor is not trusted, within [`NAP_ACTIVE_FOR`] of the
+/// last activity here (a completion or a waiting thread's poll) the thread
+/// naps [`NAP_ACTIVE`] between polls, and only after that blocks in
+/// `fi_cq_sread`. A peer's get from a PE whose waiting thread sleeps then
+/// pays the nap (an 8-byte get, target in a barrier: 47-82 us against 29-40
+/// over `tcp;ofi_rxm`), which is why `auto` does not prefer that provider.
+///
+/// The endpoint starts out distrusted (and every other provider trusted),
+/// and the looks decide from then on: [`REARMS_TO_TRUST`] looks in a row
+/// that find the descriptor re-armed trust it (a libfabric that resets it
+/// in `fi_trywait`), [`STUCK_TO_DISTRUST`] in a row that find it stuck
+/// stop trusting it (any provider with the same defect; a peer's traffic
+/// arriving right at a look makes one such look, not many in a row).
+#[derive(Debug)]
+struct WaitFdTrust {
+    trusted: bool,
+    /// Consecutive looks that disagreed with `trusted`.
+    against: u32,
+    /// Looks that agreed since start-up, up to [`CONFIRM_LOOKS`].
+    agreed: u32,
+    /// Whether the verdict changed since start-up.
+    changed: bool,
+}
+
+/// Looks in a row that find a distrusted descriptor re-armed.
+const REARMS_TO_TRUST: u32 = 2;
+/// Looks in a row that find a trusted descriptor stuck.
+const STUCK_TO_DISTRUST: u32 = 16;
+/// Agreeing looks after which the start-up verdict is logged as confirmed.
+const CONFIRM_LOOKS: u32 = 1;
+
+impl WaitFdTrust {
+    fn new(trusted: bool) -> WaitFdTrust {
+        WaitFdTrust {
+            trusted,
+            against: 0,
+            agreed: 0,
+            changed: false,
+        }
+    }
+
+    fn trusted(&self) -> bool {
+        self.trusted
+    }
+
+    /// Takes one look into account.
+    fn observe(&mut self, look: FdLook) -> Verdict {
+        let agrees = match look {
+            FdLook::Unknown => return Verdict::Same,
+            FdLook::Rearmed => self.trusted,
+            FdLook::Stuck => !self.trusted,
+        };
+        if agrees {
+            self.against = 0;
+            if self.changed || self.agreed >= CONFIRM_LOOKS {
+                return Verdict::Same;
+            }
+            self.agreed += 1;
+            return if self.agreed == CONFIRM_LOOKS {
+                Verdict::Confirmed(self.trusted)
+            } else {
+                Verdict::Same
+            };
+        }
+        self.against += 1;
+        let needed = if self.trusted {
+            STUCK_TO_DISTRUST
+        } else {
+            REARMS_TO_TRUST
+        };
+        if self.against < needed {
+            return Verdict::Same;
+        }
+        self.trusted = !self.trusted;
+        self.against = 0;
+        self.changed = true;
+        Verdict::Changed(self.trusted)
+    }
+}
+
+/// Takes a look at the wait descriptor into account and logs what it
+/// settles; returns whether the verdict changed (the progress thread then
+/// starts its round again under the new one).
+fn learn(trust: &mut WaitFdTrust, look: FdLook, provider: &str) -> bool {
+    let say = |trusted: bool| {
+        if trusted {
+            format!("fi_trywait re-arms the completion queue's wait descriptor (provider {provider}): the idle progress thread waits on it")
+        } else {
+            format!("the completion queue's wait descriptor stays readable after fi_trywait (provider {provider}): the idle progress thread naps between polls, then blocks in fi_cq_sread")
+        }
+    };
+    match trust.observe(look) {
+        Verdict::Same => false,
+        Verdict::Confirmed(t) => {
+            shmem_log!(Info, "ROCE/ofi: {}", say(t));
+            false
+        }
+        Verdict::Changed(t) => {
+            shmem_log!(Info, "ROCE/ofi: {} (changed at run time)", say(t));
+            true
+        }
+    }
+}
+
+/// Whether `fd` is readable right now.
+fn readable(fd: c_int) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; a zero timeout never blocks.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
 }
 
 /// Little-endian word `i` of a received message.
@@ -806,24 +964,6 @@ struct Inner {
     link: Duration,
     stopping: AtomicBool,
     sread: bool,
-    /// The completion queue's wait descriptor says nothing about traffic:
-    /// libfabric's own TCP RDM endpoint (`FI_PROTO_XNET`) signals it for
-    /// every completion and only a blocking `fi_cq_sread` re-arms it (its
-    /// `fi_trywait` does nothing), so once anything completed it stays
-    /// readable. Taken for traffic, it kept the progress thread polling
-    /// for good: a whole core per PE while idle (3.0 s of CPU in 3 s), and
-    /// an 8-byte get from a PE computing for 2 ms waited for the end of
-    /// the computation (medians up to 2.1 ms), the thread sharing the
-    /// cores with everything else. Blocking in `fi_cq_sread` instead
-    /// (woken by every message) cost the put-with-signal ping-pong up to
-    /// 85 us per hop. So within [`NAP_ACTIVE_FOR`] of the last activity
-    /// here (a completion or a waiting thread's poll) the thread naps
-    /// [`NAP_ACTIVE`] between polls, and only after that blocks in
-    /// `fi_cq_sread`. A peer's get from a PE whose waiting thread sleeps
-    /// then pays the nap (an 8-byte get, target in a barrier: 47-82 us
-    /// against 29-40 over `tcp;ofi_rxm`), which is why `auto` does not
-    /// prefer this provider.
-    stale_wait_fd: bool,
     /// The provider moves data on its own threads (`FI_PROGRESS_AUTO`): a
     /// posted operation may still be queued inside this process on return.
     auto_progress: bool,
@@ -992,6 +1132,30 @@ impl Inner {
         let n = self.poll_cq(None);
         self.polling.store(false, Ordering::Release);
         n
+    }
+
+    /// Looks at `fd` (the completion queue's wait descriptor) around
+    /// `fi_trywait`, for [`WaitFdTrust`].
+    fn look_at_wait_fd(&self, fd: c_int) -> FdLook {
+        if !readable(fd) {
+            return FdLook::Unknown;
+        }
+        // SAFETY: the fabric is open for the engine's life.
+        let Some(trywait) = (unsafe { (*(*self.raw.fabric).ops).trywait }) else {
+            return FdLook::Unknown;
+        };
+        // SAFETY: the completion queue is open for the engine's life; its
+        // fid is the first field of fid_cq.
+        let mut fids = [unsafe { ptr::addr_of_mut!((*self.raw.cq).fid) }];
+        // SAFETY: an open fabric and an array of one open fid.
+        if unsafe { trywait(self.raw.fabric, fids.as_mut_ptr(), 1) } != 0 {
+            return FdLook::Unknown;
+        }
+        if readable(fd) {
+            FdLook::Stuck
+        } else {
+            FdLook::Rearmed
+        }
     }
 
     /// Blocks until `fd` (the completion queue's wait descriptor) shows
@@ -1837,9 +2001,9 @@ struct Opened {
     native: NativeAmo,
     sread: bool,
     wait_fd: Option<c_int>,
-    /// `fi_trywait` does not re-arm the completion queue's wait descriptor
-    /// (see [`Inner::stale_wait_fd`]).
-    stale_wait_fd: bool,
+    /// Whether the progress thread starts out trusting the completion
+    /// queue's wait descriptor ([`WaitFdTrust`]).
+    wait_fd_trusted: bool,
     addr: Vec<u8>,
     /// Bytes of remote CQ data the provider carries with a write.
     cq_data_size: usize,
@@ -2059,7 +2223,8 @@ fn open(api: &Api, info: *mut fi_info, base: *mut u8, size: usize) -> Result<Ope
                 native,
                 sread,
                 wait_fd,
-                stale_wait_fd: xnet,
+                // 1.17's does not re-arm it in fi_trywait.
+                wait_fd_trusted: !xnet,
                 addr,
                 cq_data_size: da.cq_data_size,
                 raw: Raw::null(),
@@ -2357,7 +2522,6 @@ impl Ofi {
             link: init.config.link_timeout.max(Duration::from_millis(100)),
             stopping: AtomicBool::new(false),
             sread: opened.sread,
-            stale_wait_fd: opened.stale_wait_fd,
             auto_progress: opened.progress == FI_PROGRESS_AUTO,
             info,
         });
@@ -2366,6 +2530,8 @@ impl Ofi {
         }
         let inner2 = inner.clone();
         let first_wait_fd = opened.wait_fd;
+        let mut fd_trust = WaitFdTrust::new(opened.wait_fd_trusted);
+        let provider = opened.provider.clone();
         let progress = std::thread::Builder::new()
             .name("shmem-roce-ofi".into())
             .spawn(move || {
@@ -2388,8 +2554,9 @@ impl Ofi {
                     let block = (!i.auto_progress && !hot).then_some(20);
                     // Where the wait descriptor cannot be trusted, the
                     // thread naps between polls while this PE was active
-                    // lately (see `Inner::stale_wait_fd`).
-                    let napping = block.is_some() && wait_fd.is_some() && i.stale_wait_fd && {
+                    // lately (see `WaitFdTrust`).
+                    let stale = !fd_trust.trusted();
+                    let napping = block.is_some() && wait_fd.is_some() && stale && {
                         let driven = Duration::from_nanos(
                             (i.epoch.elapsed().as_nanos() as u64)
                                 .saturating_sub(i.driven_at.load(Ordering::Relaxed)),
@@ -2413,12 +2580,18 @@ impl Ofi {
                             i.flush_acks();
                             i.try_poll_cq()
                         }
-                        (Some(ms), Some(_)) if i.stale_wait_fd => {
+                        (Some(ms), Some(fd)) if stale => {
+                            if learn(&mut fd_trust, i.look_at_wait_fd(fd), &provider) {
+                                continue;
+                            }
                             // Idle: block in the provider, which re-arms the
                             // descriptor and serves what comes.
                             i.poll_cq(Some(ms))
                         }
                         (Some(ms), Some(fd)) => {
+                            if learn(&mut fd_trust, i.look_at_wait_fd(fd), &provider) {
+                                continue;
+                            }
                             // Traffic that makes no completion here (a
                             // peer's read of this PE's memory) keeps the
                             // thread polling too: a peer that reads in a
@@ -3447,6 +3620,41 @@ impl Transport for Ofi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_descriptor_trust_follows_looks_in_a_row_and_confirms_once() {
+        use FdLook::{Rearmed, Stuck, Unknown};
+        // Trusted at start: the first agreeing look confirms it, once.
+        let mut t = WaitFdTrust::new(true);
+        assert_eq!(t.observe(Unknown), Verdict::Same);
+        assert_eq!(t.observe(Rearmed), Verdict::Confirmed(true));
+        assert_eq!(t.observe(Rearmed), Verdict::Same);
+        // Stuck looks must come STUCK_TO_DISTRUST in a row; unknown looks
+        // neither count nor break the row, a re-armed one breaks it.
+        for _ in 1..STUCK_TO_DISTRUST {
+            assert_eq!(t.observe(Stuck), Verdict::Same);
+            assert_eq!(t.observe(Unknown), Verdict::Same);
+        }
+        assert_eq!(t.observe(Rearmed), Verdict::Same);
+        assert!(t.trusted());
+        for _ in 1..STUCK_TO_DISTRUST {
+            assert_eq!(t.observe(Stuck), Verdict::Same);
+        }
+        assert_eq!(t.observe(Stuck), Verdict::Changed(false));
+        assert!(!t.trusted());
+        // After a change, agreeing looks are not announced again.
+        assert_eq!(t.observe(Stuck), Verdict::Same);
+        // Distrusted at start (libfabric 1.17's TCP RDM endpoint).
+        let mut t = WaitFdTrust::new(false);
+        assert_eq!(t.observe(Stuck), Verdict::Confirmed(false));
+        assert_eq!(t.observe(Rearmed), Verdict::Same);
+        assert_eq!(t.observe(Stuck), Verdict::Same);
+        for _ in 1..REARMS_TO_TRUST {
+            assert_eq!(t.observe(Rearmed), Verdict::Same);
+        }
+        assert_eq!(t.observe(Rearmed), Verdict::Changed(true));
+        assert!(t.trusted());
+    }
 
     #[test]
     fn peer_card_round_trips_through_postcard() {

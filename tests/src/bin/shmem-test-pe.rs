@@ -1623,6 +1623,39 @@ fn quiet_sleepers(pe: &Shmem) -> Result<()> {
     Ok(())
 }
 
+/// Traffic with idle gaps outside the library between rounds (each PE
+/// puts its round number to its right neighbour, gets it back and checks
+/// both), so that engines with progress threads go idle after completions
+/// several times (the libfabric engine's thread looks at its completion
+/// queue's wait descriptor each time it is about to block).
+fn idle_gaps(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let (r, l) = (right(me, n), left(me, n));
+    let slot = pe.calloc::<u64>(1)?;
+    pe.barrier_all()?;
+    for round in 1..=4u64 {
+        let v = round * 1000 + me as u64;
+        pe.put(slot.slice(0..1)?, &[v], r)?;
+        pe.quiet()?;
+        pe.barrier_all()?;
+        let mine = pe.g(slot.at(0)?, me)?;
+        check!(
+            me,
+            mine == round * 1000 + l as u64,
+            "round {round}: got {mine} from PE {l}"
+        );
+        let back = pe.g(slot.at(0)?, r)?;
+        check!(
+            me,
+            back == v,
+            "round {round}: PE {r} holds {back}, expected {v}"
+        );
+        pe.barrier_all()?;
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    Ok(())
+}
+
 /// A token ring of plain puts: each PE sleeps in `wait_until` on a flag
 /// that its left neighbour sets with `p` after a payload `put` (a load and
 /// store put, whose writer reads `waiters` with no fence of its own when
@@ -1734,6 +1767,7 @@ fn main() {
         "instances" => instances(&pe),
         "quiet_sleepers" => quiet_sleepers(&pe),
         "flag_ring" => flag_ring(&pe),
+        "idle_gaps" => idle_gaps(&pe),
         "placement" => placement(&pe),
         "amo_order" => amo_order(&pe),
         other => Err(Error::invalid(
