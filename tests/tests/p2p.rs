@@ -547,6 +547,16 @@ fn p2p_suite_over_libfabric_tcp_and_sockets() {
                 at_sizes(scenario, &[2], &e);
             }
         }
+        // Transfers in the smallest pieces (a 4 MiB put is a thousand
+        // writes) and in pieces as large as the provider allows (default:
+        // 128 KiB).
+        for piece in ["4K", "0"] {
+            let mut e = env.to_vec();
+            e.push(("SHMEM_ROCE_OFI_CHUNK", piece));
+            for scenario in ["rma", "bulk", "signals"] {
+                at_sizes(scenario, &[2], &e);
+            }
+        }
     }
 }
 
