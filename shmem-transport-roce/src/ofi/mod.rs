@@ -70,6 +70,9 @@
 //! keeps polling while they come: an 8-byte get from a PE waiting in a
 //! barrier measured 45-49 us when each read woke it and 24-30 us since),
 //! else in `fi_cq_sread` (waking costs tens of microseconds per message).
+//! Where the descriptor does not re-arm in `fi_trywait` (libfabric 1.17's
+//! TCP RDM endpoint, learnt at run time: [`WaitFdTrust`]) it naps between
+//! polls for a while and then blocks in `fi_cq_sread`.
 //! Threads waiting for their own operations poll the completion queue
 //! themselves. So do threads waiting in the library for anything else (a
 //! signal, a word, a collective's flag: [`Transport::progress`], while the
@@ -429,16 +432,19 @@ enum Verdict {
 /// pays the nap (an 8-byte get, target in a barrier: 47-82 us against 29-40
 /// over `tcp;ofi_rxm`), which is why `auto` does not prefer that provider.
 ///
-/// The endpoint starts out distrusted (and every other provider trusted),
-/// and the looks decide from then on: [`REARMS_TO_TRUST`] looks in a row
-/// that find the descriptor re-armed trust it (a libfabric that resets it
-/// in `fi_trywait`), [`STUCK_TO_DISTRUST`] in a row that find it stuck
-/// stop trusting it (any provider with the same defect; a peer's traffic
-/// arriving right at a look makes one such look, not many in a row).
+/// That endpoint starts out distrusted, and [`REARMS_TO_TRUST`] looks in a
+/// row that find the descriptor re-armed trust it (a libfabric that resets
+/// it in `fi_trywait`, as later versions' TCP RDM endpoint does). Every
+/// other provider is trusted for good: a look that finds the descriptor
+/// readable after `fi_trywait` proves nothing there, since over
+/// `tcp;ofi_rxm` the descriptor also covers the sockets, whose unread bytes
+/// or pending sends (a PE serving a peer's reads, say, with no completion
+/// of its own) keep it readable look after look; that is traffic, which the
+/// thread serves, not a defect.
 #[derive(Debug)]
 struct WaitFdTrust {
     trusted: bool,
-    /// Consecutive looks that disagreed with `trusted`.
+    /// Consecutive looks that found a distrusted descriptor re-armed.
     against: u32,
     /// Looks that agreed since start-up, up to [`CONFIRM_LOOKS`].
     agreed: u32,
@@ -448,8 +454,6 @@ struct WaitFdTrust {
 
 /// Looks in a row that find a distrusted descriptor re-armed.
 const REARMS_TO_TRUST: u32 = 2;
-/// Looks in a row that find a trusted descriptor stuck.
-const STUCK_TO_DISTRUST: u32 = 16;
 /// Agreeing looks after which the start-up verdict is logged as confirmed.
 const CONFIRM_LOOKS: u32 = 1;
 
@@ -469,36 +473,36 @@ impl WaitFdTrust {
 
     /// Takes one look into account.
     fn observe(&mut self, look: FdLook) -> Verdict {
-        let agrees = match look {
-            FdLook::Unknown => return Verdict::Same,
-            FdLook::Rearmed => self.trusted,
-            FdLook::Stuck => !self.trusted,
-        };
-        if agrees {
-            self.against = 0;
-            if self.changed || self.agreed >= CONFIRM_LOOKS {
-                return Verdict::Same;
+        match (look, self.trusted) {
+            (FdLook::Unknown, _) | (FdLook::Stuck, true) => Verdict::Same,
+            (FdLook::Rearmed, false) => {
+                self.against += 1;
+                if self.against < REARMS_TO_TRUST {
+                    return Verdict::Same;
+                }
+                self.trusted = true;
+                self.changed = true;
+                Verdict::Changed(true)
             }
-            self.agreed += 1;
-            return if self.agreed == CONFIRM_LOOKS {
-                Verdict::Confirmed(self.trusted)
-            } else {
-                Verdict::Same
-            };
+            (FdLook::Rearmed, true) | (FdLook::Stuck, false) => {
+                self.against = 0;
+                if self.changed || self.agreed >= CONFIRM_LOOKS {
+                    return Verdict::Same;
+                }
+                self.agreed += 1;
+                if self.agreed == CONFIRM_LOOKS {
+                    Verdict::Confirmed(self.trusted)
+                } else {
+                    Verdict::Same
+                }
+            }
         }
-        self.against += 1;
-        let needed = if self.trusted {
-            STUCK_TO_DISTRUST
-        } else {
-            REARMS_TO_TRUST
-        };
-        if self.against < needed {
-            return Verdict::Same;
-        }
-        self.trusted = !self.trusted;
-        self.against = 0;
-        self.changed = true;
-        Verdict::Changed(self.trusted)
+    }
+
+    /// Whether a look can still tell anything: a distrusted descriptor may
+    /// turn out to re-arm; a trusted one only waits for its confirmation.
+    fn wants_looks(&self) -> bool {
+        !self.trusted || (!self.changed && self.agreed < CONFIRM_LOOKS)
     }
 }
 
@@ -2209,9 +2213,10 @@ fn open(api: &Api, info: *mut fi_info, base: *mut u8, size: usize) -> Result<Ope
                 },
             };
             // libfabric's own TCP RDM endpoint (`net` in 1.17, `tcp` from
-            // 1.18) claims automatic progress but runs its thread only for
-            // wait objects other than a file descriptor: with ours, data
-            // moves only inside libfabric calls.
+            // 1.18) claims automatic progress but in 1.17 runs its thread
+            // only for wait objects other than a file descriptor: with ours,
+            // data moves only inside libfabric calls (later versions start
+            // it for a descriptor too; driving it as well costs only polls).
             let xnet = ea.protocol == FI_PROTO_XNET;
             let progress = if xnet && wait_fd.is_some() {
                 FI_PROGRESS_MANUAL
@@ -2229,7 +2234,11 @@ fn open(api: &Api, info: *mut fi_info, base: *mut u8, size: usize) -> Result<Ope
                 ordered: ta.msg_order & FI_ORDER_WAW != 0 && native.complete(),
                 atomics_ordered: ta.msg_order & (FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAW)
                     == (FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAW),
-                max_chunk: ea.max_msg_size.clamp(4096, MAX_CHUNK),
+                // The provider's limit (0: none stated), at most MAX_CHUNK.
+                max_chunk: match ea.max_msg_size {
+                    0 => MAX_CHUNK,
+                    m => m.min(MAX_CHUNK),
+                },
                 inject_size: ta.inject_size,
                 progress,
                 native,
@@ -2428,7 +2437,7 @@ impl Ofi {
         // `Inner::max_chunk`).
         let max_chunk = match piece {
             0 => opened.max_chunk,
-            p => p.clamp(4096, opened.max_chunk),
+            p => p.max(4096).min(opened.max_chunk),
         };
         let info = format!(
             "provider {}, fabric {}, domain {}, MR mode {}, {} progress (idle progress thread {}), {}, max transfer {} B (posted in pieces of {} B), inject {} B, {}",
@@ -2612,8 +2621,10 @@ impl Ofi {
                             i.poll_cq(Some(ms))
                         }
                         (Some(ms), Some(fd)) => {
-                            if learn(&mut fd_trust, i.look_at_wait_fd(fd), &provider) {
-                                continue;
+                            if fd_trust.wants_looks() {
+                                // Confirms the verdict in the log; a trusted
+                                // descriptor stays trusted.
+                                learn(&mut fd_trust, i.look_at_wait_fd(fd), &provider);
                             }
                             // Traffic that makes no completion here (a
                             // peer's read of this PE's memory) keeps the
@@ -2783,9 +2794,12 @@ impl Ofi {
             .then_some([(dst as u64, len as u64), (0, 0)]))
     }
 
-    /// Posts `len` bytes as chunked writes (`bounce`: copy the source first
-    /// so that it is reusable on return) or reads; the last chunk wakes the
-    /// target for `wake` when given.
+    /// Posts `len` bytes as writes (`bounce`: copy the source first so that
+    /// it is reusable on return) or reads, in pieces of
+    /// [`Inner::max_chunk`]. A write with `wake` wakes its target's waiters
+    /// on the bytes it fills: where the target reads remote CQ data every
+    /// piece carries its own range (and `wake`'s spans are not used), else
+    /// a wake message for `wake` follows the last piece's completion.
     #[allow(clippy::too_many_arguments)]
     fn post_rma(
         &self,
@@ -3672,38 +3686,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wait_descriptor_trust_follows_looks_in_a_row_and_confirms_once() {
+    fn wait_descriptor_trust_is_learnt_towards_trust_only_and_confirmed_once() {
         use FdLook::{Rearmed, Stuck, Unknown};
-        // Trusted at start: the first agreeing look confirms it, once.
+        // Trusted at start: the first re-armed look confirms it, once;
+        // stuck looks (busy sockets over tcp;ofi_rxm) never distrust it.
         let mut t = WaitFdTrust::new(true);
+        assert!(t.wants_looks());
         assert_eq!(t.observe(Unknown), Verdict::Same);
-        assert_eq!(t.observe(Rearmed), Verdict::Confirmed(true));
-        assert_eq!(t.observe(Rearmed), Verdict::Same);
-        // Stuck looks must come STUCK_TO_DISTRUST in a row; unknown looks
-        // neither count nor break the row, a re-armed one breaks it.
-        for _ in 1..STUCK_TO_DISTRUST {
-            assert_eq!(t.observe(Stuck), Verdict::Same);
-            assert_eq!(t.observe(Unknown), Verdict::Same);
-        }
-        assert_eq!(t.observe(Rearmed), Verdict::Same);
-        assert!(t.trusted());
-        for _ in 1..STUCK_TO_DISTRUST {
-            assert_eq!(t.observe(Stuck), Verdict::Same);
-        }
-        assert_eq!(t.observe(Stuck), Verdict::Changed(false));
-        assert!(!t.trusted());
-        // After a change, agreeing looks are not announced again.
         assert_eq!(t.observe(Stuck), Verdict::Same);
-        // Distrusted at start (libfabric 1.17's TCP RDM endpoint).
+        assert_eq!(t.observe(Rearmed), Verdict::Confirmed(true));
+        assert!(!t.wants_looks());
+        for _ in 0..100 {
+            assert_eq!(t.observe(Stuck), Verdict::Same);
+        }
+        assert!(t.trusted());
+        // Distrusted at start (libfabric's TCP RDM endpoint): a stuck look
+        // confirms it; re-armed looks trust it only REARMS_TO_TRUST in a
+        // row (a stuck look breaks the row, an unknown one does not).
         let mut t = WaitFdTrust::new(false);
         assert_eq!(t.observe(Stuck), Verdict::Confirmed(false));
-        assert_eq!(t.observe(Rearmed), Verdict::Same);
         assert_eq!(t.observe(Stuck), Verdict::Same);
         for _ in 1..REARMS_TO_TRUST {
             assert_eq!(t.observe(Rearmed), Verdict::Same);
         }
+        assert_eq!(t.observe(Stuck), Verdict::Same);
+        assert!(!t.trusted() && t.wants_looks());
+        for _ in 1..REARMS_TO_TRUST {
+            assert_eq!(t.observe(Rearmed), Verdict::Same);
+            assert_eq!(t.observe(Unknown), Verdict::Same);
+        }
         assert_eq!(t.observe(Rearmed), Verdict::Changed(true));
-        assert!(t.trusted());
+        assert!(t.trusted() && !t.wants_looks());
+        // After a change, agreeing looks are not announced again.
+        assert_eq!(t.observe(Rearmed), Verdict::Same);
     }
 
     #[test]
