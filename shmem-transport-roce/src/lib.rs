@@ -94,9 +94,9 @@ shmem_core::config_var!(
 
 shmem_core::config_var!(
     "SHMEM_ROCE_OFI_CHUNK",
-    shmem_core::config::ByteSize,
-    "128K",
-    "libfabric RMA transfers are posted in pieces of at most this many bytes (K/M suffixes; taken as at least 4K, and never more than the provider's max_msg_size), back to back, so that delivery acknowledgements overlap the next piece and the target sees the data land piece by piece; 0: pieces as large as the provider allows (up to 4M)"
+    String,
+    "auto",
+    "libfabric RMA transfers are posted in pieces of at most this many bytes (K/M suffixes; taken as at least 4K, and never more than the provider's max_msg_size), back to back, so that delivery acknowledgements overlap the next piece and the target sees the data land piece by piece; auto: 128K on manual-progress providers (tcp;ofi_rxm, net, verbs;ofi_rxm), as large as the provider allows (up to 4M) on auto-progress ones (sockets); 0: as large as the provider allows"
 );
 
 shmem_core::config_var!(

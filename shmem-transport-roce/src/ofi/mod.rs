@@ -35,8 +35,9 @@
 //! as the provider's own copy into the socket (1 MiB back-to-back puts
 //! over `net` between two namespaces: 1.27 -> 1.74 GB/s at the median of
 //! five interleaved rounds; `sw` 2.02). Transfers are split into pieces of
-//! `SHMEM_ROCE_OFI_CHUNK` (128 KiB; at most the provider's `max_msg_size`
-//! and [`MAX_CHUNK`]) and pipelined (see [`Inner::max_chunk`]). Every operation
+//! `SHMEM_ROCE_OFI_CHUNK` (128 KiB on manual-progress providers; at most
+//! the provider's `max_msg_size` and [`MAX_CHUNK`]) and pipelined (see
+//! [`Inner::max_chunk`]). Every operation
 //! carries a context that its completion-queue entry hands back; `quiet`
 //! waits until every posted operation has completed. When the provider
 //! orders writes after writes (`FI_ORDER_WAW`) fences and put-with-signal
@@ -166,6 +167,9 @@ use ffi::*;
 
 /// Largest single transfer posted, also when the provider allows more.
 pub const MAX_CHUNK: usize = 4 << 20;
+/// Pieces of a transfer on manual-progress providers by default
+/// (`SHMEM_ROCE_OFI_CHUNK=auto`, see [`Inner::max_chunk`]).
+const PIECE: usize = 128 << 10;
 /// Receive buffers for wake, signal, atomic and acknowledgement messages
 /// kept posted (about 300 KiB). A burst of posted atomics is one message
 /// each: with 64 buffers the first burst of 500 in a job cost 33 us per
@@ -924,8 +928,9 @@ struct Inner {
     virt_addr: bool,
     ordered: bool,
     /// RMA transfers are posted in pieces of at most this many bytes
-    /// (`SHMEM_ROCE_OFI_CHUNK`, 128 KiB by default, and the provider's
-    /// `max_msg_size`), back to back. Over TCP providers a transfer in one
+    /// (`SHMEM_ROCE_OFI_CHUNK`: by default [`PIECE`] on manual-progress
+    /// providers and the provider's `max_msg_size`, at most [`MAX_CHUNK`],
+    /// on auto-progress ones), back to back. Over TCP providers a transfer in one
     /// piece moved only while both sides' threads happened to be inside
     /// libfabric, and its target saw nothing of it until the end (no
     /// completion to keep its progress thread polling); in pieces, each
@@ -2291,10 +2296,18 @@ impl Ofi {
             .config
             .var::<shmem_core::config::ByteSize>("SHMEM_ROCE_OFI_DIRECT_PUT")?
             .0;
-        let piece = init
-            .config
-            .var::<shmem_core::config::ByteSize>("SHMEM_ROCE_OFI_CHUNK")?
-            .0;
+        let piece = match init.config.var::<String>("SHMEM_ROCE_OFI_CHUNK")?.trim() {
+            t if t.eq_ignore_ascii_case("auto") => None,
+            t => Some(
+                <shmem_core::config::ByteSize as shmem_core::config::ConfigValue>::parse(t)
+                    .map_err(|reason| Error::Config {
+                        name: "SHMEM_ROCE_OFI_CHUNK",
+                        value: t.to_string(),
+                        reason,
+                    })?
+                    .0,
+            ),
+        };
         let api = Api::load().map_err(unavailable)?;
         let node = bs.local_ip();
         let opened = {
@@ -2436,8 +2449,14 @@ impl Ofi {
         // Transfers go in pieces of at most SHMEM_ROCE_OFI_CHUNK (see
         // `Inner::max_chunk`).
         let max_chunk = match piece {
-            0 => opened.max_chunk,
-            p => p.max(4096).min(opened.max_chunk),
+            // Auto-progress providers move data on their own threads, which
+            // pieces do not help, and `sockets` stalled with hundreds of
+            // pieces in flight each way (4 KiB pieces of a 3 MiB exchange:
+            // a peer silent for the link timeout in one run of three).
+            None if opened.progress == FI_PROGRESS_AUTO => opened.max_chunk,
+            None => PIECE.min(opened.max_chunk),
+            Some(0) => opened.max_chunk,
+            Some(p) => p.max(4096).min(opened.max_chunk),
         };
         let info = format!(
             "provider {}, fabric {}, domain {}, MR mode {}, {} progress (idle progress thread {}), {}, max transfer {} B (posted in pieces of {} B), inject {} B, {}",
