@@ -626,6 +626,47 @@ fn ofi_provider_names_or_skip() -> Option<Vec<String>> {
     }
 }
 
+/// Runs the `atomics` scenario on one PE over the libfabric engine with
+/// `env` (and `SHMEM_INFO=1`), bounded like every job of the tests
+/// (coreutils' timeout).
+fn one_ofi_pe(env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = std::process::Command::new("timeout");
+    c.arg(shmem_tests::JOB_TIMEOUT.as_secs().to_string())
+        .arg(PE)
+        .arg("atomics")
+        .env("SHMEM_TEST_ENGINE", "ROCE")
+        .env("SHMEM_ROCE_PROVIDER", "ofi")
+        .env("SHMEM_INFO", "1")
+        .env_remove("FI_PROVIDER")
+        .env_remove("SHMEM_RANK");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// A piece size that is not a size fails set-up naming the variable and
+/// the value; `auto` is the default and `0` one piece per transfer.
+#[test]
+fn ofi_piece_size_is_checked() {
+    if ofi_provider_names_or_skip().is_none() {
+        return;
+    }
+    let out = one_ofi_pe(&[("FI_PROVIDER", "tcp"), ("SHMEM_ROCE_OFI_CHUNK", "lots")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "ran with a bad piece size: {err}");
+    assert!(
+        err.contains("SHMEM_ROCE_OFI_CHUNK") && err.contains("\"lots\" is not a size"),
+        "{err}"
+    );
+    for (piece, shown) in [("auto", "pieces of 131072 B"), ("0", "pieces of 4194304 B")] {
+        let out = one_ofi_pe(&[("FI_PROVIDER", "tcp"), ("SHMEM_ROCE_OFI_CHUNK", piece)]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{piece}: {err}");
+        assert!(err.contains(shown), "{piece}: {err}");
+    }
+}
+
 /// libfabric's own TCP RDM endpoint (`net` in 1.17) has no atomics, so
 /// every atomic and signal travels as a message the target applies: with
 /// atomic messages forbidden, set-up fails saying so, and otherwise
@@ -639,23 +680,7 @@ fn ofi_provider_without_atomics_uses_messages_or_says_why() {
         eprintln!("not run: this libfabric has no `net` provider ({names:?})");
         return;
     }
-    let run = |env: &[(&str, &str)]| {
-        // One PE, bounded like every job of the tests (coreutils' timeout).
-        let mut c = std::process::Command::new("timeout");
-        c.arg(shmem_tests::JOB_TIMEOUT.as_secs().to_string())
-            .arg(PE)
-            .arg("atomics")
-            .env("SHMEM_TEST_ENGINE", "ROCE")
-            .env("SHMEM_ROCE_PROVIDER", "ofi")
-            .env("SHMEM_INFO", "1")
-            .env_remove("FI_PROVIDER")
-            .env_remove("SHMEM_RANK");
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        c.output().unwrap()
-    };
-    let out = run(&[("FI_PROVIDER", "net"), ("SHMEM_ROCE_OFI_AMO_MSG", "0")]);
+    let out = one_ofi_pe(&[("FI_PROVIDER", "net"), ("SHMEM_ROCE_OFI_AMO_MSG", "0")]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "ran without atomics: {err}");
     assert!(
@@ -663,7 +688,7 @@ fn ofi_provider_without_atomics_uses_messages_or_says_why() {
             && err.contains("SHMEM_ROCE_OFI_AMO_MSG=0 forbids"),
         "{err}"
     );
-    let out = run(&[("FI_PROVIDER", "net")]);
+    let out = one_ofi_pe(&[("FI_PROVIDER", "net")]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let line = err

@@ -1155,21 +1155,23 @@ impl Inner {
         n
     }
 
-    /// Looks at `fd` (the completion queue's wait descriptor) around
-    /// `fi_trywait`, for [`WaitFdTrust`].
-    fn look_at_wait_fd(&self, fd: c_int) -> FdLook {
-        if !readable(fd) {
-            return FdLook::Unknown;
-        }
+    /// `fi_trywait` on the completion queue: 0 when nothing is pending (and
+    /// the provider re-armed its wait descriptor, if it does),
+    /// `-FI_EAGAIN` when something is; `None` where the provider has none.
+    fn trywait(&self) -> Option<c_int> {
         // SAFETY: the fabric is open for the engine's life.
-        let Some(trywait) = (unsafe { (*(*self.raw.fabric).ops).trywait }) else {
-            return FdLook::Unknown;
-        };
+        let trywait = unsafe { (*(*self.raw.fabric).ops).trywait }?;
         // SAFETY: the completion queue is open for the engine's life; its
         // fid is the first field of fid_cq.
         let mut fids = [unsafe { ptr::addr_of_mut!((*self.raw.cq).fid) }];
         // SAFETY: an open fabric and an array of one open fid.
-        if unsafe { trywait(self.raw.fabric, fids.as_mut_ptr(), 1) } != 0 {
+        Some(unsafe { trywait(self.raw.fabric, fids.as_mut_ptr(), 1) })
+    }
+
+    /// Looks at `fd` (the completion queue's wait descriptor) around
+    /// `fi_trywait`, for [`WaitFdTrust`].
+    fn look_at_wait_fd(&self, fd: c_int) -> FdLook {
+        if !readable(fd) || self.trywait() != Some(0) {
             return FdLook::Unknown;
         }
         if readable(fd) {
@@ -1184,18 +1186,13 @@ impl Inner {
     /// nothing is pending; returns whether there is traffic or pending work
     /// (a poll of the completion queue handles either).
     fn wait_traffic(&self, fd: c_int, ms: c_int) -> Traffic {
-        // SAFETY: the fabric is open for the engine's life.
-        let Some(trywait) = (unsafe { (*(*self.raw.fabric).ops).trywait }) else {
-            return Traffic::Broken("no fi_trywait".into());
-        };
-        // SAFETY: the completion queue is open for the engine's life; its
-        // fid is the first field of fid_cq.
-        let mut fids = [unsafe { ptr::addr_of_mut!((*self.raw.cq).fid) }];
-        // SAFETY: an open fabric and an array of one open fid.
-        match unsafe { trywait(self.raw.fabric, fids.as_mut_ptr(), 1) } {
-            0 => {}
-            r if r == -FI_EAGAIN => return Traffic::Yes,
-            r => return Traffic::Broken(format!("fi_trywait: {}", self.api.error(r as isize))),
+        match self.trywait() {
+            None => return Traffic::Broken("no fi_trywait".into()),
+            Some(0) => {}
+            Some(r) if r == -FI_EAGAIN => return Traffic::Yes,
+            Some(r) => {
+                return Traffic::Broken(format!("fi_trywait: {}", self.api.error(r as isize)))
+            }
         }
         let mut p = libc::pollfd {
             fd,
