@@ -528,6 +528,7 @@ mod tests {
     use super::*;
     use shmem_core::Bootstrap;
     use std::collections::HashMap;
+    use std::time::Duration;
 
     fn cfg() -> Config {
         let mut c = Config::from_lookup(|_| None).unwrap();
@@ -646,6 +647,49 @@ mod tests {
         for h in handles {
             h.join().unwrap();
         }
+    }
+
+    #[test]
+    fn a_store_host_sees_which_members_are_still_connected() {
+        let c = cfg();
+        let secret = vec![7u8; 16];
+        let store =
+            StoreServer::bind("127.0.0.1:0".parse().unwrap(), Some(2), secret.clone()).unwrap();
+        let addr = store.addr();
+        // Nobody joined yet: nothing to wait for.
+        let t = std::time::Instant::now();
+        assert!(store.wait_members_gone(Duration::from_secs(5)).is_empty());
+        assert!(t.elapsed() < Duration::from_secs(1));
+        let members: Vec<_> = (0..2)
+            .map(|r| {
+                let (c, secret) = (c.clone(), secret.clone());
+                std::thread::spawn(move || {
+                    TcpBootstrap::join(params(&c, r, 2, addr, secret), None).unwrap()
+                })
+            })
+            .collect();
+        let mut members: Vec<TcpBootstrap> =
+            members.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(
+            store.wait_members_gone(Duration::from_millis(50)),
+            vec![0, 1]
+        );
+        // Rank 0 leaves; rank 1 is still connected, for as long as asked.
+        members.remove(0).finalize().unwrap();
+        let t = std::time::Instant::now();
+        assert_eq!(store.wait_members_gone(Duration::from_millis(300)), vec![1]);
+        assert!(t.elapsed() >= Duration::from_millis(300));
+        // Rank 1's connection closes (it exits without leaving): the
+        // wait ends then, not at its limit.
+        let last = members.remove(0);
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(last);
+        });
+        let t = std::time::Instant::now();
+        assert!(store.wait_members_gone(Duration::from_secs(30)).is_empty());
+        assert!(t.elapsed() < Duration::from_secs(10));
+        closer.join().unwrap();
     }
 
     #[test]

@@ -205,6 +205,33 @@ impl StoreServer {
         self.shared.lock().failures.first().cloned()
     }
 
+    /// Waits until no member is connected (every rank that joined has left
+    /// or died), or `timeout` passes; returns the ranks still connected
+    /// then (none: empty). Ranks that never joined are not waited for.
+    pub fn wait_members_gone(&self, timeout: Duration) -> Vec<usize> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        loop {
+            let connected: Vec<usize> = st
+                .status
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| **s == Membership::Joined)
+                .map(|(rank, _)| rank)
+                .collect();
+            let now = Instant::now();
+            if connected.is_empty() || now >= deadline {
+                return connected;
+            }
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
     /// Waits until every member has left or died, or `timeout` passes.
     /// Returns whether all are gone.
     pub fn wait_all_departed(&self, timeout: Duration) -> bool {

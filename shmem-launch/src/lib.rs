@@ -5,7 +5,9 @@
 //! `SHMEM_*` variables that `shmem::init()` reads plus torchrun's `RANK`,
 //! `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`,
 //! `MASTER_PORT`. When a PE fails, the others are terminated and the job's
-//! outcome names the PE and how it ended. Ctrl-C is forwarded.
+//! outcome names the PE and how it ended. Ctrl-C is forwarded. In a job of
+//! several nodes, node 0's launcher hosts the store and keeps it until the
+//! other nodes' PEs have left too.
 //!
 //! The same logic serves examples that start themselves with `--pes N`
 //! ([`launch_self_if_requested`]).
@@ -622,6 +624,46 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
     }
     for f in forwarders {
         let _ = f.join();
+    }
+    if let Some(s) = &store {
+        if opts.nnodes > 1 && first_failure.is_none() && interrupted.is_none() && !timed_out {
+            // The store is the whole job's: this node's PEs can be done
+            // while another node's are still on their way out (finalize's
+            // last barrier releases every PE at once, and one here may exit
+            // before one there has even read that barrier's reply) or still
+            // running. Closing it now would end their job under them.
+            let limit = deadline
+                .map(|d| d.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|| {
+                    shmem_core::Config::from_env()
+                        .map_or(Duration::from_secs(600), |c| c.bootstrap_timeout)
+                });
+            let until = Instant::now() + limit;
+            let still = loop {
+                let slice = until
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(100));
+                let still = s.wait_members_gone(slice);
+                if still.is_empty()
+                    || Instant::now() >= until
+                    || INTERRUPT.load(Ordering::SeqCst) != 0
+                {
+                    break still;
+                }
+            };
+            if !still.is_empty() {
+                eprintln!(
+                    "shmemrun: this node's PEs are done, but PE(s) {} of other nodes are still \
+                     connected to the job's config store after {:.0} s; closing it ends their job",
+                    still
+                        .iter()
+                        .map(|r| r.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    limit.as_secs_f64()
+                );
+            }
+        }
     }
     drop(store);
     Ok(JobReport {
