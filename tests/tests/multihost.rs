@@ -573,3 +573,58 @@ fn launchers_sharing_a_machine_give_their_pes_cores_of_their_own() {
         }
     }
 }
+
+/// Node 0's launcher hosts the job's store: once its own PEs have ended it
+/// keeps the store open while another node's PEs are still connected (on
+/// their way out of finalize, or still running), instead of ending their
+/// job under them. Here node 0's "PE" is a program that never joins and
+/// exits after a second, and rank 1 is this test, connected to the store
+/// until its join gives up.
+#[test]
+fn the_launcher_hosting_the_store_waits_for_the_other_nodes_pes() {
+    let port = free_port_pair(3);
+    let master = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+    let store = SocketAddr::new(master.ip(), port + 1);
+    let secret = shmem_bootstrap::ids::derived_secret(&format!("shmemrun|{store}|2"));
+    let mut o = LaunchOptions::new(1, "sleep");
+    o.args = vec!["1".into()];
+    o.nnodes = 2;
+    o.master = Some(master);
+    o.timeout = Some(Duration::from_secs(60));
+    o.bind = false;
+    let start = Instant::now();
+    let node0 = std::thread::spawn(move || {
+        let report = launch(&o).expect("node 0's launcher starts");
+        (report, start.elapsed())
+    });
+    // Rank 1 connects (retrying until the store is up) and waits for rank
+    // 0, which never comes: it gives up after 3 s and its connection closes.
+    let joined = shmem_bootstrap::TcpBootstrap::join(
+        shmem_bootstrap::JoinParams {
+            rank: 1,
+            nranks: 2,
+            store_addr: store,
+            secret,
+            init_timeout: Duration::from_secs(3),
+            call_timeout: Duration::from_secs(10),
+            link_timeout: Duration::from_secs(5),
+        },
+        None,
+    );
+    let gave_up = start.elapsed();
+    let err = match joined {
+        Ok(_) => panic!("rank 1 joined a job whose rank 0 never joins"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("waiting for all PEs to join"), "{err}");
+    let (report, ended) = node0.join().unwrap();
+    assert!(report.success(), "{report:?}");
+    assert!(
+        ended >= gave_up.saturating_sub(Duration::from_millis(100)),
+        "node 0's launcher ended after {ended:?}, before rank 1 left at {gave_up:?}"
+    );
+    assert!(
+        ended < gave_up + Duration::from_secs(5),
+        "node 0's launcher ended {ended:?} after it started, long after rank 1 left at {gave_up:?}"
+    );
+}
