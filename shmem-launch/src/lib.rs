@@ -310,6 +310,10 @@ fn cpu_binding(n: usize) -> Vec<usize> {
     allowed.into_iter().take(n).collect()
 }
 
+/// How long node 0's launcher waits for other nodes' PEs, after its own
+/// have ended, before it says that it keeps the job's store open for them.
+const NOTE_WAITING_AFTER: Duration = Duration::from_secs(10);
+
 /// How long the launcher waits for the PE the store saw fail first to end,
 /// once another PE's failure has been reaped, before stopping the job.
 const BLAME_GRACE: Duration = Duration::from_secs(2);
@@ -638,28 +642,43 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobReport> {
                     shmem_core::Config::from_env()
                         .map_or(Duration::from_secs(600), |c| c.bootstrap_timeout)
                 });
-            let until = Instant::now() + limit;
-            let still = loop {
-                let slice = until
-                    .saturating_duration_since(Instant::now())
-                    .min(Duration::from_millis(100));
-                let still = s.wait_members_gone(slice);
-                if still.is_empty()
-                    || Instant::now() >= until
-                    || INTERRUPT.load(Ordering::SeqCst) != 0
-                {
-                    break still;
-                }
+            let started = Instant::now();
+            let until = started + limit;
+            let ranks = |r: &[usize]| {
+                r.iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             };
+            let mut told = false;
+            let still =
+                loop {
+                    let slice = until
+                        .saturating_duration_since(Instant::now())
+                        .min(Duration::from_millis(100));
+                    let still = s.wait_members_gone(slice);
+                    if still.is_empty()
+                        || Instant::now() >= until
+                        || INTERRUPT.load(Ordering::SeqCst) != 0
+                    {
+                        break still;
+                    }
+                    if !told && started.elapsed() >= NOTE_WAITING_AFTER {
+                        told = true;
+                        eprintln!(
+                        "shmemrun: this node's PEs are done; the job's config store stays open \
+                         while PE(s) {} of other nodes are connected to it (for at most {:.0} s \
+                         more)",
+                        ranks(&still),
+                        until.saturating_duration_since(Instant::now()).as_secs_f64()
+                    );
+                    }
+                };
             if !still.is_empty() {
                 eprintln!(
                     "shmemrun: this node's PEs are done, but PE(s) {} of other nodes are still \
                      connected to the job's config store after {:.0} s; closing it ends their job",
-                    still
-                        .iter()
-                        .map(|r| r.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", "),
+                    ranks(&still),
                     limit.as_secs_f64()
                 );
             }

@@ -577,11 +577,35 @@ fn launchers_sharing_a_machine_give_their_pes_cores_of_their_own() {
 /// Node 0's launcher hosts the job's store: once its own PEs have ended it
 /// keeps the store open while another node's PEs are still connected (on
 /// their way out of finalize, or still running), instead of ending their
-/// job under them. Here node 0's "PE" is a program that never joins and
-/// exits after a second, and rank 1 is this test, connected to the store
-/// until its join gives up.
+/// job under them, for at most its `--timeout`. Here node 0's "PE" is a
+/// program that never joins and exits after a second, and rank 1 is this
+/// test, connected to the store until its join gives up.
 #[test]
 fn the_launcher_hosting_the_store_waits_for_the_other_nodes_pes() {
+    // Until rank 1 leaves (after 3 s), well within the launcher's timeout.
+    let (ended, left) = node0_with_rank1_connected(Duration::from_secs(60), Duration::from_secs(3));
+    assert!(
+        ended >= left.saturating_sub(Duration::from_millis(100)),
+        "node 0's launcher ended after {ended:?}, before rank 1 left at {left:?}"
+    );
+    assert!(
+        ended < left + Duration::from_secs(5),
+        "node 0's launcher ended {ended:?} after it started, long after rank 1 left at {left:?}"
+    );
+    // Rank 1 stays longer (6 s) than the launcher's timeout (3 s): the
+    // launcher stops waiting then.
+    let (ended, left) = node0_with_rank1_connected(Duration::from_secs(3), Duration::from_secs(6));
+    assert!(
+        ended >= Duration::from_millis(2900) && ended < Duration::from_secs(5),
+        "node 0's launcher ended after {ended:?} (timeout 3 s; rank 1 left at {left:?})"
+    );
+}
+
+/// Runs node 0 of a two-node job (one PE: `sleep 1`, which never joins)
+/// with launcher timeout `timeout`, while rank 1 (this thread) stays
+/// connected to the store for `stay` waiting for rank 0; returns when the
+/// launcher ended and when rank 1 left, from the start.
+fn node0_with_rank1_connected(timeout: Duration, stay: Duration) -> (Duration, Duration) {
     let port = free_port_pair(3);
     let master = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
     let store = SocketAddr::new(master.ip(), port + 1);
@@ -590,7 +614,7 @@ fn the_launcher_hosting_the_store_waits_for_the_other_nodes_pes() {
     o.args = vec!["1".into()];
     o.nnodes = 2;
     o.master = Some(master);
-    o.timeout = Some(Duration::from_secs(60));
+    o.timeout = Some(timeout);
     o.bind = false;
     let start = Instant::now();
     let node0 = std::thread::spawn(move || {
@@ -598,33 +622,26 @@ fn the_launcher_hosting_the_store_waits_for_the_other_nodes_pes() {
         (report, start.elapsed())
     });
     // Rank 1 connects (retrying until the store is up) and waits for rank
-    // 0, which never comes: it gives up after 3 s and its connection closes.
+    // 0, which never comes: it gives up after `stay` and its connection
+    // closes (or the store closes it first).
     let joined = shmem_bootstrap::TcpBootstrap::join(
         shmem_bootstrap::JoinParams {
             rank: 1,
             nranks: 2,
             store_addr: store,
             secret,
-            init_timeout: Duration::from_secs(3),
+            init_timeout: stay,
             call_timeout: Duration::from_secs(10),
             link_timeout: Duration::from_secs(5),
         },
         None,
     );
-    let gave_up = start.elapsed();
-    let err = match joined {
-        Ok(_) => panic!("rank 1 joined a job whose rank 0 never joins"),
-        Err(e) => e.to_string(),
-    };
-    assert!(err.contains("waiting for all PEs to join"), "{err}");
+    let left = start.elapsed();
+    assert!(
+        joined.is_err(),
+        "rank 1 joined a job whose rank 0 never joins"
+    );
     let (report, ended) = node0.join().unwrap();
     assert!(report.success(), "{report:?}");
-    assert!(
-        ended >= gave_up.saturating_sub(Duration::from_millis(100)),
-        "node 0's launcher ended after {ended:?}, before rank 1 left at {gave_up:?}"
-    );
-    assert!(
-        ended < gave_up + Duration::from_secs(5),
-        "node 0's launcher ended {ended:?} after it started, long after rank 1 left at {gave_up:?}"
-    );
+    (ended, left)
 }
