@@ -8,9 +8,11 @@
 //!   and hand them the result last. Chunks alternate between two halves of
 //!   the staging buffer: a partner can be at most one chunk ahead, because
 //!   finishing a chunk needs every PE's contribution to it.
+//!   A two-PE team swaps whole contributions through the destinations
+//!   instead (one transfer each way, however large).
 //! * ring: a reduce-scatter (block `b` travels the ring collecting one
-//!   contribution per PE) then an allgather of the reduced blocks straight
-//!   into the destinations.
+//!   contribution per PE) then an allgather of the reduced blocks, both
+//!   straight through the destinations (no staging, so no pieces).
 
 use smallvec::SmallVec;
 
@@ -97,9 +99,102 @@ pub(crate) fn rd_allreduce<T: Reducible>(
     Ok(())
 }
 
+/// Allreduce of a two-PE team: each PE puts its whole contribution into
+/// the other's `dest` (one transfer and one signal each way) and combines
+/// it with its own there. Through the staging buffer, recursive doubling
+/// moves a large array in pieces of a few KiB, each a round trip: between
+/// two nodes a 1 MiB sum cost 5.5 ms that way (OSU `osu_oshm_reduce`).
+///
+/// `dest` is free to land in: both PEs copied their sources into `acc`
+/// before the call's entry handshake (so an in-place `dest` has been read),
+/// and the partner writes it only during this call, which this PE leaves
+/// after it has read what arrived. Each PE combines its own contribution
+/// with the partner's, as the pairwise exchange of recursive doubling does.
+fn pair_allreduce<T: Reducible>(
+    call: &mut Call<'_>,
+    op: ReduceOp,
+    acc: &mut [T],
+    dest: SymSlice<T>,
+) -> Result<()> {
+    let partner = 1 - call.me;
+    call.put_data(partner, dest.slice(..acc.len())?, acc)?;
+    call.wait_data(partner, 1)?;
+    {
+        // SAFETY: this PE's own dest, which the partner finished writing
+        // (its signal came after the data) and nobody else writes now.
+        let theirs = unsafe { call.rt.local_slice(dest.slice(..acc.len())?)? };
+        T::combine(op, acc, theirs)?;
+    }
+    call.rt.write_local(dest.slice(..acc.len())?, acc)
+}
+
 /// Allreduce by ring reduce-scatter + allgather; the result lands in `dest`
 /// on every PE. `acc` holds this PE's contribution and is consumed.
+///
+/// An array larger than the staging buffer has its reduce-scatter land in
+/// `dest` too: it travels as `n` blocks in `2 (n - 1)` steps however large
+/// it is, where staging split it into pieces of the staging buffer's size,
+/// each `2 (n - 1)` steps (between two nodes, 2 + 2 PEs, a 1 MiB sum cost 9-12
+/// ms that way in OSU's `osu_oshm_reduce`, Open MPI's OSHMEM 1.0 ms).
+/// `dest` is free to land in: every PE copied its source into `acc` before
+/// the call's entry handshake; in the reduce-scatter each PE receives each
+/// block other than its own once, from its predecessor, and combines it
+/// before the step that follows; an inner barrier between the two phases
+/// keeps the allgather's writes from overtaking a reduce-scatter block
+/// that its owner has not combined yet.
 fn ring_allreduce<T: Reducible>(
+    call: &mut Call<'_>,
+    op: ReduceOp,
+    acc: &mut [T],
+    dest: SymSlice<T>,
+) -> Result<()> {
+    if acc.len() <= call.stage::<T>().len() {
+        return ring_allreduce_staged(call, op, acc, dest);
+    }
+    let (n, me) = (call.n, call.me);
+    let succ = (me + 1) % n;
+    let pred = (me + n - 1) % n;
+    let len = acc.len();
+    let bs = len.div_ceil(n);
+    let block = |b: usize| {
+        let s = (b * bs).min(len);
+        s..((b + 1) * bs).min(len)
+    };
+    // Reduce-scatter: after n - 1 steps block me+1 is complete here.
+    for s in 0..n - 1 {
+        let b = (me + n - s) % n;
+        let r = block(b);
+        call.put_data(succ, dest.slice(r.clone())?, &acc[r])?;
+        let b = (me + 2 * n - s - 1) % n;
+        let r = block(b);
+        call.wait_data(pred, 1)?;
+        // SAFETY: block b of this PE's dest, which the predecessor finished
+        // writing (its signal came after the data); nobody writes it again
+        // before the inner barrier below.
+        let incoming = unsafe { call.rt.local_slice(dest.slice(r.clone())?)? };
+        T::combine(op, &mut acc[r], incoming)?;
+    }
+    call.sync()?;
+    // Allgather of the reduced blocks, straight into the destinations.
+    let mine = block((me + 1) % n);
+    call.rt.write_local(dest.slice(mine.clone())?, &acc[mine])?;
+    for s in 0..n - 1 {
+        let b = (me + 1 + n - s) % n;
+        let d = dest.slice(block(b))?;
+        // SAFETY: block b of this PE's dest was completed locally or
+        // received before this step; the predecessor writes a different
+        // block now and nobody else writes this PE's dest.
+        let src = unsafe { call.rt.local_slice(d)? };
+        call.put_data(succ, d, src)?;
+        call.wait_data(pred, 1)?;
+    }
+    Ok(())
+}
+
+/// [`ring_allreduce`] through the staging buffer, in pieces of its size:
+/// what an array that fits in one piece takes (the reduce-scatter through
+/// `dest` pays an inner barrier).
+fn ring_allreduce_staged<T: Reducible>(
     call: &mut Call<'_>,
     op: ReduceOp,
     acc: &mut [T],
@@ -286,6 +381,9 @@ impl Collectives {
             return Ok(());
         }
         match algo {
+            ReduceAlgorithm::RecursiveDoubling if call.n == 2 => {
+                pair_allreduce(&mut call, op, &mut acc, dest)
+            }
             ReduceAlgorithm::RecursiveDoubling => {
                 rd_allreduce(&mut call, op, &mut acc)?;
                 rt.write_local(dest.slice(..nreduce)?, &acc)
