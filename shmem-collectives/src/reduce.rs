@@ -11,8 +11,9 @@
 //!   A two-PE team swaps whole contributions through the destinations
 //!   instead (one transfer each way, however large).
 //! * ring: a reduce-scatter (block `b` travels the ring collecting one
-//!   contribution per PE) then an allgather of the reduced blocks, both
-//!   straight through the destinations (no staging, so no pieces).
+//!   contribution per PE, through the staging buffer when the array fits
+//!   there, else through the destinations) then an allgather of the
+//!   reduced blocks straight into the destinations; never in pieces.
 
 use smallvec::SmallVec;
 
@@ -131,30 +132,30 @@ fn pair_allreduce<T: Reducible>(
 /// Allreduce by ring reduce-scatter + allgather; the result lands in `dest`
 /// on every PE. `acc` holds this PE's contribution and is consumed.
 ///
-/// An array larger than the staging buffer has its reduce-scatter land in
-/// `dest` too: it travels as `n` blocks in `2 (n - 1)` steps however large
-/// it is, where staging split it into pieces of the staging buffer's size,
-/// each `2 (n - 1)` steps (between two nodes, 2 + 2 PEs, a 1 MiB sum cost 9-12
-/// ms that way in OSU's `osu_oshm_reduce`, Open MPI's OSHMEM 1.0 ms).
-/// `dest` is free to land in: every PE copied its source into `acc` before
-/// the call's entry handshake; in the reduce-scatter each PE receives each
-/// block other than its own once, from its predecessor, and combines it
-/// before the step that follows; an inner barrier between the two phases
-/// keeps the allgather's writes from overtaking a reduce-scatter block
-/// that its owner has not combined yet.
+/// The whole array travels as `n` blocks in `2 (n - 1)` steps. Its
+/// reduce-scatter lands in the staging buffer when it fits there, else in
+/// `dest` (before, larger arrays went through staging in pieces of its
+/// size, each `2 (n - 1)` steps: between two nodes, 2 + 2 PEs, a 1 MiB sum
+/// cost 9-12 ms that way in OSU's `osu_oshm_reduce`, Open MPI's OSHMEM 1.0
+/// ms). `dest` is free to land in: every PE copied its source into `acc`
+/// before the call's entry handshake; each PE receives each block other
+/// than its own once, from its predecessor, and combines it before the
+/// step that follows; an inner barrier between the two phases keeps the
+/// allgather's writes from overtaking a block its owner has not combined
+/// yet.
 fn ring_allreduce<T: Reducible>(
     call: &mut Call<'_>,
     op: ReduceOp,
     acc: &mut [T],
     dest: SymSlice<T>,
 ) -> Result<()> {
-    if acc.len() <= call.stage::<T>().len() {
-        return ring_allreduce_staged(call, op, acc, dest);
-    }
     let (n, me) = (call.n, call.me);
     let succ = (me + 1) % n;
     let pred = (me + n - 1) % n;
     let len = acc.len();
+    let stage = call.stage::<T>();
+    let through_dest = len > stage.len();
+    let landing = if through_dest { dest } else { stage };
     let bs = len.div_ceil(n);
     let block = |b: usize| {
         let s = (b * bs).min(len);
@@ -162,89 +163,31 @@ fn ring_allreduce<T: Reducible>(
     };
     // Reduce-scatter: after n - 1 steps block me+1 is complete here.
     for s in 0..n - 1 {
-        let b = (me + n - s) % n;
-        let r = block(b);
-        call.put_data(succ, dest.slice(r.clone())?, &acc[r])?;
-        let b = (me + 2 * n - s - 1) % n;
-        let r = block(b);
+        let r = block((me + n - s) % n);
+        call.put_data(succ, landing.slice(r.clone())?, &acc[r])?;
+        let r = block((me + 2 * n - s - 1) % n);
         call.wait_data(pred, 1)?;
-        // SAFETY: block b of this PE's dest, which the predecessor finished
+        // SAFETY: this PE's own block, which the predecessor finished
         // writing (its signal came after the data); nobody writes it again
-        // before the inner barrier below.
-        let incoming = unsafe { call.rt.local_slice(dest.slice(r.clone())?)? };
+        // before this PE's allgather sends (which the ring needs before
+        // anyone gets further), nor, in `dest`, before the inner barrier.
+        let incoming = unsafe { call.rt.local_slice(landing.slice(r.clone())?)? };
         T::combine(op, &mut acc[r], incoming)?;
     }
-    call.sync()?;
+    if through_dest {
+        call.sync()?;
+    }
     // Allgather of the reduced blocks, straight into the destinations.
     let mine = block((me + 1) % n);
     call.rt.write_local(dest.slice(mine.clone())?, &acc[mine])?;
     for s in 0..n - 1 {
-        let b = (me + 1 + n - s) % n;
-        let d = dest.slice(block(b))?;
+        let d = dest.slice(block((me + 1 + n - s) % n))?;
         // SAFETY: block b of this PE's dest was completed locally or
         // received before this step; the predecessor writes a different
         // block now and nobody else writes this PE's dest.
         let src = unsafe { call.rt.local_slice(d)? };
         call.put_data(succ, d, src)?;
         call.wait_data(pred, 1)?;
-    }
-    Ok(())
-}
-
-/// [`ring_allreduce`] through the staging buffer, in pieces of its size:
-/// what an array that fits in one piece takes (the reduce-scatter through
-/// `dest` pays an inner barrier).
-fn ring_allreduce_staged<T: Reducible>(
-    call: &mut Call<'_>,
-    op: ReduceOp,
-    acc: &mut [T],
-    dest: SymSlice<T>,
-) -> Result<()> {
-    let (n, me) = (call.n, call.me);
-    let succ = (me + 1) % n;
-    let pred = (me + n - 1) % n;
-    let stage = call.stage::<T>();
-    let chunk = stage.len();
-    let mut base = 0;
-    while base < acc.len() {
-        let mc = chunk.min(acc.len() - base);
-        let bs = mc.div_ceil(n);
-        let block = |b: usize| {
-            let s = (b * bs).min(mc);
-            s..((b + 1) * bs).min(mc)
-        };
-        // Reduce-scatter: after n - 1 steps block me+1 is complete here.
-        for s in 0..n - 1 {
-            let b = (me + n - s) % n;
-            let r = block(b);
-            call.put_data(
-                succ,
-                stage.slice(r.clone())?,
-                &acc[base + r.start..base + r.end],
-            )?;
-            let b = (me + 2 * n - s - 1) % n;
-            let r = block(b);
-            call.wait_data(pred, 1)?;
-            let incoming = call.rt.read_local(stage.slice(r.clone())?)?;
-            T::combine(op, &mut acc[base + r.start..base + r.end], &incoming)?;
-        }
-        // Allgather of the reduced blocks, straight into the destinations.
-        let mine = block((me + 1) % n);
-        let d = dest.slice(base + mine.start..base + mine.end)?;
-        call.rt
-            .write_local(d, &acc[base + mine.start..base + mine.end])?;
-        for s in 0..n - 1 {
-            let b = (me + 1 + n - s) % n;
-            let r = block(b);
-            let d = dest.slice(base + r.start..base + r.end)?;
-            // SAFETY: block b of this PE's dest was completed locally or
-            // received before this step; the predecessor writes a different
-            // block now and nobody else writes this PE's dest.
-            let src = unsafe { call.rt.local_slice(d)? };
-            call.put_data(succ, d, src)?;
-            call.wait_data(pred, 1)?;
-        }
-        base += mc;
     }
     Ok(())
 }
