@@ -118,15 +118,13 @@ fn pair_allreduce<T: Reducible>(
     dest: SymSlice<T>,
 ) -> Result<()> {
     let partner = 1 - call.me;
-    call.put_data(partner, dest.slice(..acc.len())?, acc)?;
+    let d = dest.slice(..acc.len())?;
+    call.put_data(partner, d, acc)?;
     call.wait_data(partner, 1)?;
-    {
-        // SAFETY: this PE's own dest, which the partner finished writing
-        // (its signal came after the data) and nobody else writes now.
-        let theirs = unsafe { call.rt.local_slice(dest.slice(..acc.len())?)? };
-        T::combine(op, acc, theirs)?;
-    }
-    call.rt.write_local(dest.slice(..acc.len())?, acc)
+    // SAFETY: this PE's own dest, which the partner finished writing (its
+    // signal came after the data) and nobody else writes now.
+    T::combine(op, acc, unsafe { call.rt.local_slice(d)? })?;
+    call.rt.write_local(d, acc)
 }
 
 /// Allreduce by ring reduce-scatter + allgather; the result lands in `dest`
@@ -182,7 +180,7 @@ fn ring_allreduce<T: Reducible>(
     call.rt.write_local(dest.slice(mine.clone())?, &acc[mine])?;
     for s in 0..n - 1 {
         let d = dest.slice(block((me + 1 + n - s) % n))?;
-        // SAFETY: block b of this PE's dest was completed locally or
+        // SAFETY: this block of this PE's dest was completed locally or
         // received before this step; the predecessor writes a different
         // block now and nobody else writes this PE's dest.
         let src = unsafe { call.rt.local_slice(d)? };
