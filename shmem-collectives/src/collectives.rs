@@ -308,7 +308,7 @@ impl Call<'_> {
     }
 
     /// Puts `src` into `dst` on team PE `to`, then counts one arrival in
-    /// `to`'s data word for this PE.
+    /// `to`'s data word for this PE ([`Runtime::put_signal_collective`]).
     pub(crate) fn put_data<T: Element>(
         &self,
         to: usize,
@@ -317,14 +317,15 @@ impl Call<'_> {
     ) -> Result<()> {
         let sig = self.word(self.coll.layout.data(self.me));
         self.rt
-            .put_signal(dst, src, sig, 1, SignalOp::Add, self.pe(to))
+            .put_signal_collective(dst, src, sig, 1, SignalOp::Add, self.pe(to))
     }
 
     /// Counts one arrival at team PE `to` without data (after a fence, it
     /// also publishes earlier puts to `to`).
     pub(crate) fn notify(&self, to: usize) -> Result<()> {
         let sig = self.word(self.coll.layout.data(self.me));
-        self.rt.signal_op(sig, 1, SignalOp::Add, self.pe(to))
+        self.rt
+            .signal_op_collective(sig, 1, SignalOp::Add, self.pe(to))
     }
 
     /// Waits for `count` more arrivals from team PE `from`.
@@ -574,15 +575,17 @@ impl Call<'_> {
     }
 
     /// Sets handshake word `w` on world PE `pe` to `value`, as
-    /// [`Runtime::signal_op`] does (see [`Call::put_and_set`]).
+    /// [`Runtime::signal_op_collective`] does (see [`Call::put_and_set`]).
     #[inline]
     pub(crate) fn set_word(&self, pe: PeId, w: SymRef<u64>, value: u64) -> Result<()> {
         self.put_and_set(pe, None, w, value)
     }
 
     /// Puts `data` (bytes, and where they go) on world PE `pe`, then sets
-    /// handshake word `w` there to `value`: [`Runtime::put_signal`] with
-    /// [`SignalOp::Set`], or [`Runtime::signal_op`] without data. When this
+    /// handshake word `w` there to `value`: [`Runtime::put_signal_collective`]
+    /// with [`SignalOp::Set`], or [`Runtime::signal_op_collective`] without
+    /// data (a later `quiet` need not wait for them: only `pe` does, and this
+    /// PE hears from `pe` before it reuses anything they touched). When this
     /// PE reaches `pe` by load and store (the runtime would do the same
     /// stores inline), it stores directly, without the checks and the
     /// route lookup that the runtime makes on every call.
@@ -598,9 +601,10 @@ impl Call<'_> {
             _ => {
                 return match data {
                     Some((dst, bytes)) => {
-                        self.rt.put_signal(dst, bytes, w, value, SignalOp::Set, pe)
+                        self.rt
+                            .put_signal_collective(dst, bytes, w, value, SignalOp::Set, pe)
                     }
-                    None => self.rt.signal_op(w, value, SignalOp::Set, pe),
+                    None => self.rt.signal_op_collective(w, value, SignalOp::Set, pe),
                 }
             }
         };

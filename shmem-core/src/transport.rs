@@ -373,6 +373,42 @@ pub trait Transport: Send + Sync + fmt::Debug {
         // SAFETY: the caller's contract covers `sig` as for `signal`.
         unsafe { self.signal(pe, sig, op, value) }
     }
+    /// A blocking [`Transport::put_signal`] (with `len` 0: a bare
+    /// [`Transport::signal`]) made by a collective: only the target waits
+    /// for it, and this PE never depends on its completion (it learns what
+    /// it needs from the target's own later signals, as a barrier's
+    /// handshake does). An engine may leave it out of what `quiet` and
+    /// `fence` wait for, which spares a barrier's `quiet` the wait for the
+    /// acknowledgement of the previous collective's signal. It is still
+    /// ordered after this PE's operations that an earlier `fence` or `quiet`
+    /// completed, its data lands before its signal, `src` is free on return,
+    /// and a failure is still reported (by the next `quiet`, and to the
+    /// target, which waits for it); dropping the engine waits for it. The
+    /// default is `put_signal`.
+    ///
+    /// # Safety
+    /// As for [`Transport::put_signal`] with `nbi` false.
+    ///
+    /// # Errors
+    /// As for [`Transport::put_signal`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn put_signal_collective(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        sig: usize,
+        op: SignalOp,
+        value: u64,
+    ) -> Result<()> {
+        if len == 0 {
+            // SAFETY: forwarded contract.
+            return unsafe { self.signal(pe, sig, op, value) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.put_signal(pe, dst, src, len, sig, op, value, false) }
+    }
     /// Orders earlier puts/AMOs to each PE before later ones to the same PE.
     ///
     /// # Errors

@@ -26,8 +26,7 @@ impl Counters {
     /// Records one finished work request (and its error, if the first).
     pub(crate) fn complete(&self, error: Option<&str>) {
         if let Some(e) = error {
-            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
-            slot.get_or_insert_with(|| e.to_string());
+            self.record_error(e);
         }
         self.completed.fetch_add(1, Ordering::AcqRel);
         // A waiter counts itself and checks `completed` under the lock, so
@@ -36,6 +35,12 @@ impl Counters {
         if *sleepers > 0 {
             self.cv.notify_all();
         }
+    }
+
+    /// Keeps `e` for the next `quiet` unless an earlier failure is kept.
+    pub(crate) fn record_error(&self, e: &str) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert_with(|| e.to_string());
     }
 
     /// Blocks until `completed` reaches `target`, re-checking every 20 ms.

@@ -48,6 +48,47 @@ impl Runtime {
         }
     }
 
+    /// [`Runtime::put_signal`] for a collective's signal: only `pe` waits
+    /// for it, and this PE never needs to know that it arrived (it learns
+    /// what it needs from `pe`'s own later signals), so `quiet` need not
+    /// wait for its completion ([`Transport::put_signal_collective`]). Over
+    /// an engine whose completions come back from the target (libfabric's),
+    /// a barrier then pays no wait for the acknowledgement of the previous
+    /// collective's signal. Puts and AMOs completed by an earlier `fence` or
+    /// `quiet` arrive before it, as with `put_signal`.
+    ///
+    /// # Errors
+    /// As [`Runtime::put_signal`].
+    pub fn put_signal_collective<T: Element>(
+        &self,
+        dst: impl Into<SymSlice<T>>,
+        src: &[T],
+        sig: SymRef<u64>,
+        value: u64,
+        op: SignalOp,
+        pe: PeId,
+    ) -> Result<()> {
+        let dst = dst.into();
+        self.check_slice(&dst)?;
+        fits(src.len(), dst.len())?;
+        self.check_signal(sig)?;
+        let t = self.route(pe)?;
+        let b = as_bytes(src);
+        // SAFETY: `src` is live for this blocking call; `route`, `check_slice`
+        // and `check_signal` checked the PE, the range and the word.
+        unsafe {
+            t.put_signal_collective(
+                pe,
+                dst.offset(),
+                b.as_ptr(),
+                b.len(),
+                sig.offset(),
+                op,
+                value,
+            )
+        }
+    }
+
     /// Non-blocking [`Runtime::put_signal`].
     ///
     /// # Safety
@@ -118,6 +159,29 @@ impl Runtime {
         let t = self.route(pe)?;
         // SAFETY: `route` checked the PE, `check_signal` the word.
         unsafe { t.signal(pe, sig.offset(), op, value) }
+    }
+
+    /// [`Runtime::signal_op`] for a collective's signal (see
+    /// [`Runtime::put_signal_collective`]).
+    ///
+    /// # Errors
+    /// As [`Runtime::signal_op`].
+    #[inline]
+    pub fn signal_op_collective(
+        &self,
+        sig: SymRef<u64>,
+        value: u64,
+        op: SignalOp,
+        pe: PeId,
+    ) -> Result<()> {
+        if self.direct(pe).is_some() {
+            return self.signal_op(sig, value, op, pe);
+        }
+        self.live_for(pe)?;
+        self.check_signal(sig)?;
+        let t = self.route(pe)?;
+        // SAFETY: `route` checked the PE, `check_signal` the word; no data.
+        unsafe { t.put_signal_collective(pe, 0, std::ptr::null(), 0, sig.offset(), op, value) }
     }
 
     /// Reads this PE's signal word.

@@ -859,6 +859,11 @@ struct Track {
     /// Wake `pe` for these spans once the operation completed.
     wake: Option<Spans>,
     posted: Instant,
+    /// A collective's signal ([`Transport::put_signal_collective`]):
+    /// `quiet` and `fence` do not wait for it (it is not in
+    /// [`Counters::issued`]); dropping the engine does
+    /// ([`Inner::collective_in_flight`]).
+    collective: bool,
 }
 
 struct Peer {
@@ -944,6 +949,8 @@ struct Inner {
     native: NativeAmo,
     counters: Counters,
     tracks: Mutex<HashMap<u64, Track>>,
+    /// Collectives' signals ([`Track::collective`]) not finished yet.
+    collective_in_flight: AtomicU64,
     next_id: AtomicU64,
     bounce_bytes: AtomicU64,
     /// When a waiting thread last drove progress ([`Transport::progress`]),
@@ -1038,8 +1045,12 @@ impl Inner {
     /// Registers a new operation; returns its boxed context.
     fn track(&self, track: Track) -> Box<OpCtx> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if track.collective {
+            self.collective_in_flight.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.counters.issued.fetch_add(1, Ordering::AcqRel);
+        }
         self.lock_tracks().insert(id, track);
-        self.counters.issued.fetch_add(1, Ordering::AcqRel);
         Box::new(OpCtx {
             fictx: fi_context2::default(),
             kind: KIND_TX,
@@ -1075,7 +1086,11 @@ impl Inner {
                     self.queue_wake(t.pe, w);
                 }
                 t.done.finish_part(Ok(()));
-                self.counters.complete(None);
+                if t.collective {
+                    self.collective_in_flight.fetch_sub(1, Ordering::AcqRel);
+                } else {
+                    self.counters.complete(None);
+                }
             }
             Some(e) => {
                 let why = if e.contains(&format!("PE {} ", t.pe)) {
@@ -1088,7 +1103,13 @@ impl Inner {
                     pe: t.pe,
                     detail: why.clone(),
                 }));
-                self.counters.complete(Some(&why));
+                if t.collective {
+                    // Not counted, but the next `quiet` reports it.
+                    self.counters.record_error(&why);
+                    self.collective_in_flight.fetch_sub(1, Ordering::AcqRel);
+                } else {
+                    self.counters.complete(Some(&why));
+                }
             }
         }
     }
@@ -2548,6 +2569,7 @@ impl Ofi {
             native: opened.native,
             counters: Counters::default(),
             tracks: Mutex::new(HashMap::new()),
+            collective_in_flight: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             bounce_bytes: AtomicU64::new(0),
             driven_at: AtomicU64::new(0),
@@ -2736,6 +2758,7 @@ impl Ofi {
                 bounce: 0,
                 wake: None,
                 posted: Instant::now(),
+                collective: false,
             });
             let mut m = vec![0u8; WAKE_LEN];
             m[..8].copy_from_slice(&WAKE_MAGIC.to_le_bytes());
@@ -2865,6 +2888,7 @@ impl Ofi {
                     None
                 },
                 posted: Instant::now(),
+                collective: false,
             });
             // SAFETY: the caller keeps `ptr` valid for `len` bytes as the
             // operation requires (until return when bouncing or injecting).
@@ -2959,6 +2983,7 @@ impl Ofi {
         compare: Option<u64>,
         fetch: bool,
         wake: Option<Spans>,
+        collective: bool,
     ) -> Result<(Completion, Arc<AtomicU64>)> {
         let i = &*self.inner;
         let p = i.peer(pe)?;
@@ -2971,6 +2996,7 @@ impl Ofi {
             bounce: 0,
             wake,
             posted: Instant::now(),
+            collective,
         });
         ctx.operand = operand;
         ctx.compare = compare.unwrap_or(0);
@@ -3062,6 +3088,7 @@ impl Ofi {
         sig: usize,
         op: SignalOp,
         value: u64,
+        collective: bool,
     ) -> Result<Completion> {
         self.after_amos(pe)?;
         let i = &*self.inner;
@@ -3082,6 +3109,7 @@ impl Ofi {
             bounce: 0,
             wake: None,
             posted: Instant::now(),
+            collective,
         });
         let op_code: u64 = match op {
             SignalOp::Set => 1,
@@ -3148,6 +3176,164 @@ impl Ofi {
         Ok(done)
     }
 
+    /// [`Transport::signal`]; `collective`: as
+    /// [`Transport::put_signal_collective`] (not counted for `quiet`; an
+    /// auto-progress provider still waits for it before returning, so that
+    /// a PE killed right after its barrier has sent its arrival).
+    unsafe fn signal_with(
+        &self,
+        pe: PeId,
+        sig: usize,
+        op: SignalOp,
+        value: u64,
+        collective: bool,
+    ) -> Result<()> {
+        if self.inner.signal_msg_max.is_some() {
+            let done = self.post_signal_msg(pe, sig, 0, None, sig, op, value, collective)?;
+            if self.inner.auto_progress {
+                // As below: the signal has left this process on return.
+                self.inner.wait(&done)?;
+            }
+            return Ok(());
+        }
+        let n = &self.inner.native;
+        let wake = Some([(sig as u64, 8), (0, 0)]);
+        let (code, native) = match op {
+            SignalOp::Set => (FI_ATOMIC_WRITE, n.signal_set),
+            SignalOp::Add => (FI_SUM, n.signal_add),
+        };
+        if native {
+            let (done, _) = self.post_atomic(
+                pe,
+                sig,
+                AmoWidth::W64,
+                code,
+                value,
+                None,
+                false,
+                wake,
+                collective,
+            )?;
+            if self.inner.auto_progress {
+                // The provider's thread may not have sent it yet: a signal
+                // has left this process when the call returns (a PE that
+                // exits right after a barrier must not take it along).
+                self.inner.wait(&done)?;
+            }
+            return Ok(());
+        }
+        let amo = match op {
+            SignalOp::Set => AmoOp::Set(value),
+            SignalOp::Add => AmoOp::Add(value),
+        };
+        // SAFETY: the caller's contract for `sig` (in-heap, aligned word of
+        // `pe`) is the atomic's.
+        unsafe { self.atomic(pe, sig, AmoWidth::W64, amo) }.map(|_| ())
+    }
+
+    /// [`Transport::put_signal`]; `collective` as in [`Ofi::signal_with`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn put_signal_with(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        sig: usize,
+        op: SignalOp,
+        value: u64,
+        nbi: bool,
+        collective: bool,
+    ) -> Result<()> {
+        let ordered = self.inner.ordered;
+        if let Some(max) = self.inner.signal_msg_max {
+            let done = if len <= max {
+                // SAFETY: the caller keeps `src` valid for `len` bytes; they
+                // are copied into the message before this returns.
+                let data = unsafe { std::slice::from_raw_parts(src, len) };
+                self.post_signal_msg(pe, dst, len, Some(data), sig, op, value, collective)?
+            } else {
+                // The signal may only go once the data is in place; the
+                // source stays untouched until then (no bounce copy).
+                let data = self.post_rma(
+                    pe,
+                    true,
+                    dst,
+                    src as *mut u8,
+                    len,
+                    false,
+                    self.piece_wake(pe, dst, len)?,
+                )?;
+                self.inner.wait(&data)?;
+                self.post_signal_msg(pe, dst, len, None, sig, op, value, collective)?
+            };
+            if self.inner.auto_progress && !nbi {
+                // As in `signal`.
+                self.inner.wait(&done)?;
+            }
+            return Ok(());
+        }
+        let n = &self.inner.native;
+        let signal_native = match op {
+            SignalOp::Set => n.signal_set,
+            SignalOp::Add => n.signal_add,
+        };
+        if len > 0 && !ordered && signal_native && len <= n.byte_write_max {
+            // Small data as a byte-array atomic write: atomics are ordered
+            // after atomics (FI_ORDER_ATOMIC_WAW), so the signal can follow
+            // at once instead of after the data's delivery.
+            // SAFETY: the caller keeps `src` valid for `len` bytes; it is
+            // copied before this returns.
+            let data = unsafe { std::slice::from_raw_parts(src, len) };
+            self.post_atomic_bytes(pe, dst, data)?;
+        } else if len > 0 {
+            // Unordered: the data's delivery is awaited below, so the
+            // source needs no bounce copy.
+            let wake = if ordered {
+                None
+            } else {
+                self.piece_wake(pe, dst, len)?
+            };
+            let done = self.post_rma(pe, true, dst, src as *mut u8, len, !nbi && ordered, wake)?;
+            if !ordered {
+                // The signal may only be posted once the data is in place.
+                self.inner.wait(&done)?;
+            }
+        }
+        let wake = Some([(sig as u64, 8), (dst as u64, len as u64)]);
+        let (code, native) = match op {
+            SignalOp::Set => (FI_ATOMIC_WRITE, n.signal_set),
+            SignalOp::Add => (FI_SUM, n.signal_add),
+        };
+        if native {
+            let (done, _) = self.post_atomic(
+                pe,
+                sig,
+                AmoWidth::W64,
+                code,
+                value,
+                None,
+                false,
+                wake,
+                collective,
+            )?;
+            if self.inner.auto_progress && !nbi {
+                // As in `signal`.
+                self.inner.wait(&done)?;
+            }
+            return Ok(());
+        }
+        let amo = match op {
+            SignalOp::Set => AmoOp::Set(value),
+            SignalOp::Add => AmoOp::Add(value),
+        };
+        // SAFETY: the caller's contract for `sig` (in-heap, aligned word of
+        // `pe`) is the atomic's.
+        unsafe { self.atomic(pe, sig, AmoWidth::W64, amo) }?;
+        self.wake_after(pe, [(sig as u64, 8), (dst as u64, len as u64)]);
+        Ok(())
+    }
+
     /// Posts a non-fetching atomic with `post`, counted in
     /// [`Ofi::amo_in_flight`] from before it is posted until it is over
     /// (failed or not), so that a later write, read or signal to `pe`
@@ -3200,6 +3386,7 @@ impl Ofi {
             bounce: 0,
             wake: None,
             posted: Instant::now(),
+            collective: false,
         });
         let id = ctx.id;
         drop(ctx);
@@ -3239,6 +3426,7 @@ impl Ofi {
             bounce: 0,
             wake: None,
             posted: Instant::now(),
+            collective: false,
         });
         ctx.bounce = data.to_vec();
         let buf = ctx.bounce.as_mut_ptr();
@@ -3274,13 +3462,14 @@ impl Ofi {
     }
 
     fn fetch_op(&self, pe: PeId, off: usize, width: AmoWidth, op: c_int, v: u64) -> Result<u64> {
-        let (done, out) = self.post_atomic(pe, off, width, op, v, None, true, None)?;
+        let (done, out) = self.post_atomic(pe, off, width, op, v, None, true, None, false)?;
         self.inner.wait(&done)?;
         Ok(out.load(Ordering::Acquire) & mask(width))
     }
 
     fn cswap(&self, pe: PeId, off: usize, width: AmoWidth, cond: u64, v: u64) -> Result<u64> {
-        let (done, out) = self.post_atomic(pe, off, width, FI_CSWAP, v, Some(cond), true, None)?;
+        let (done, out) =
+            self.post_atomic(pe, off, width, FI_CSWAP, v, Some(cond), true, None, false)?;
         self.inner.wait(&done)?;
         Ok(out.load(Ordering::Acquire) & mask(width))
     }
@@ -3297,6 +3486,14 @@ impl Ofi {
         let i = &*self.inner;
         let c = &i.counters;
         let target = c.issued.load(Ordering::Acquire);
+        if c.completed.load(Ordering::Acquire) >= target {
+            // Nothing to wait for. Acknowledgements this PE owes stay
+            // queued, to ride on its next message (a barrier's signal right
+            // after this quiet) or leave from the progress thread's next
+            // round, instead of going as messages of their own.
+            i.flush_wake_msgs();
+            return Ok(());
+        }
         i.progress_until(|| c.completed.load(Ordering::Acquire) >= target);
         Ok(())
     }
@@ -3331,6 +3528,13 @@ fn apply(op: AmoOp, old: u64, w: AmoWidth) -> u64 {
 impl Drop for Ofi {
     fn drop(&mut self) {
         let _ = self.drain();
+        // Collectives' signals too (the last barrier's): a manual-progress
+        // provider may still hold them, and the peer waits for them. Each
+        // ends by its acknowledgement or the watchdog's link timeout; the
+        // acknowledgements this PE owes its peers leave first.
+        let i = &*self.inner;
+        i.flush_acks();
+        i.progress_until(|| i.collective_in_flight.load(Ordering::Acquire) == 0);
         // Acknowledgements this PE owes (queued, or injected but not yet
         // sent by a manual-progress provider) leave before the endpoint
         // closes: a few progress rounds after the last flush.
@@ -3541,44 +3745,14 @@ impl Transport for Ofi {
         // sends the target's wake.
         let wake = Some([(offset as u64, width.bytes() as u64), (0, 0)]);
         self.post_counted(pe, || {
-            self.post_atomic(pe, offset, width, code, v, None, false, wake)
+            self.post_atomic(pe, offset, width, code, v, None, false, wake, false)
                 .map(|(done, _)| done)
         })
     }
 
     unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
-        if self.inner.signal_msg_max.is_some() {
-            let done = self.post_signal_msg(pe, sig, 0, None, sig, op, value)?;
-            if self.inner.auto_progress {
-                // As below: the signal has left this process on return.
-                self.inner.wait(&done)?;
-            }
-            return Ok(());
-        }
-        let n = &self.inner.native;
-        let wake = Some([(sig as u64, 8), (0, 0)]);
-        let (code, native) = match op {
-            SignalOp::Set => (FI_ATOMIC_WRITE, n.signal_set),
-            SignalOp::Add => (FI_SUM, n.signal_add),
-        };
-        if native {
-            let (done, _) =
-                self.post_atomic(pe, sig, AmoWidth::W64, code, value, None, false, wake)?;
-            if self.inner.auto_progress {
-                // The provider's thread may not have sent it yet: a signal
-                // has left this process when the call returns (a PE that
-                // exits right after a barrier must not take it along).
-                self.inner.wait(&done)?;
-            }
-            return Ok(());
-        }
-        let amo = match op {
-            SignalOp::Set => AmoOp::Set(value),
-            SignalOp::Add => AmoOp::Add(value),
-        };
-        // SAFETY: the caller's contract for `sig` (in-heap, aligned word of
-        // `pe`) is the atomic's.
-        unsafe { self.atomic(pe, sig, AmoWidth::W64, amo) }.map(|_| ())
+        // SAFETY: forwarded contract.
+        unsafe { self.signal_with(pe, sig, op, value, false) }
     }
 
     unsafe fn put_signal(
@@ -3592,84 +3766,26 @@ impl Transport for Ofi {
         value: u64,
         nbi: bool,
     ) -> Result<()> {
-        let ordered = self.inner.ordered;
-        if let Some(max) = self.inner.signal_msg_max {
-            let done = if len <= max {
-                // SAFETY: the caller keeps `src` valid for `len` bytes; they
-                // are copied into the message before this returns.
-                let data = unsafe { std::slice::from_raw_parts(src, len) };
-                self.post_signal_msg(pe, dst, len, Some(data), sig, op, value)?
-            } else {
-                // The signal may only go once the data is in place; the
-                // source stays untouched until then (no bounce copy).
-                let data = self.post_rma(
-                    pe,
-                    true,
-                    dst,
-                    src as *mut u8,
-                    len,
-                    false,
-                    self.piece_wake(pe, dst, len)?,
-                )?;
-                self.inner.wait(&data)?;
-                self.post_signal_msg(pe, dst, len, None, sig, op, value)?
-            };
-            if self.inner.auto_progress && !nbi {
-                // As in `signal`.
-                self.inner.wait(&done)?;
-            }
-            return Ok(());
+        // SAFETY: forwarded contract.
+        unsafe { self.put_signal_with(pe, dst, src, len, sig, op, value, nbi, false) }
+    }
+
+    unsafe fn put_signal_collective(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        sig: usize,
+        op: SignalOp,
+        value: u64,
+    ) -> Result<()> {
+        if len == 0 {
+            // SAFETY: forwarded contract.
+            return unsafe { self.signal_with(pe, sig, op, value, true) };
         }
-        let n = &self.inner.native;
-        let signal_native = match op {
-            SignalOp::Set => n.signal_set,
-            SignalOp::Add => n.signal_add,
-        };
-        if len > 0 && !ordered && signal_native && len <= n.byte_write_max {
-            // Small data as a byte-array atomic write: atomics are ordered
-            // after atomics (FI_ORDER_ATOMIC_WAW), so the signal can follow
-            // at once instead of after the data's delivery.
-            // SAFETY: the caller keeps `src` valid for `len` bytes; it is
-            // copied before this returns.
-            let data = unsafe { std::slice::from_raw_parts(src, len) };
-            self.post_atomic_bytes(pe, dst, data)?;
-        } else if len > 0 {
-            // Unordered: the data's delivery is awaited below, so the
-            // source needs no bounce copy.
-            let wake = if ordered {
-                None
-            } else {
-                self.piece_wake(pe, dst, len)?
-            };
-            let done = self.post_rma(pe, true, dst, src as *mut u8, len, !nbi && ordered, wake)?;
-            if !ordered {
-                // The signal may only be posted once the data is in place.
-                self.inner.wait(&done)?;
-            }
-        }
-        let wake = Some([(sig as u64, 8), (dst as u64, len as u64)]);
-        let (code, native) = match op {
-            SignalOp::Set => (FI_ATOMIC_WRITE, n.signal_set),
-            SignalOp::Add => (FI_SUM, n.signal_add),
-        };
-        if native {
-            let (done, _) =
-                self.post_atomic(pe, sig, AmoWidth::W64, code, value, None, false, wake)?;
-            if self.inner.auto_progress && !nbi {
-                // As in `signal`.
-                self.inner.wait(&done)?;
-            }
-            return Ok(());
-        }
-        let amo = match op {
-            SignalOp::Set => AmoOp::Set(value),
-            SignalOp::Add => AmoOp::Add(value),
-        };
-        // SAFETY: the caller's contract for `sig` (in-heap, aligned word of
-        // `pe`) is the atomic's.
-        unsafe { self.atomic(pe, sig, AmoWidth::W64, amo) }?;
-        self.wake_after(pe, [(sig as u64, 8), (dst as u64, len as u64)]);
-        Ok(())
+        // SAFETY: forwarded contract.
+        unsafe { self.put_signal_with(pe, dst, src, len, sig, op, value, false, true) }
     }
 
     fn fence(&self) -> Result<()> {
