@@ -73,7 +73,7 @@ impl Collectives {
         let block = |i: usize| i * nelems..(i + 1) * nelems;
         let bytes = nelems.saturating_mul(std::mem::size_of::<T>());
         let plan = match self.algorithms.alltoall {
-            None => Call::fold_plan(self, n, bytes, bytes.saturating_mul(n)),
+            None => Call::fold_plan(self, team, bytes, bytes.saturating_mul(n)),
             Some(_) => None,
         };
         if plan == Some(FoldPlan::Pair) {

@@ -75,7 +75,7 @@ impl Collectives {
             .algorithms
             .broadcast
             .is_none()
-            .then(|| Call::fold_plan(self, n, bytes, bytes))
+            .then(|| Call::fold_plan(self, team, bytes, bytes))
             .flatten();
         if let Some(plan) = plan {
             // Small: the root's data rides on the handshake; the others

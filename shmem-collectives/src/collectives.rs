@@ -30,6 +30,7 @@ use shmem_core::{
 };
 
 use crate::algorithm::{AlgorithmChoice, BarrierAlgorithm};
+use crate::nodes::Nodes;
 use crate::team::{strided_members, StateGuard, Team, TeamConfig, TeamKind};
 
 /// Fingerprint value sent by a PE whose own arguments were invalid.
@@ -129,6 +130,11 @@ impl SlotLayout {
     }
 }
 
+/// What every PE sends when collectives start, to check that all agree:
+/// (algorithm fingerprint, staging bytes, teams), then whether its node is
+/// crowded, whether it maps every heap, whether it maps its node's heaps.
+type Agreement = ((u64, u64, u64), bool, bool, bool);
+
 pub(crate) fn ceil_log2(n: usize) -> usize {
     if n <= 1 {
         0
@@ -185,6 +191,10 @@ pub struct Collectives {
     /// that all members sleep on, woken by one system call, and large
     /// broadcasts and reductions read peers' memory directly.
     pub(crate) all_mapped: bool,
+    /// Node of each world PE where teams that span nodes synchronise in two
+    /// levels ([`crate::nodes`]): the job spans nodes, every PE maps its
+    /// node's heaps and no barrier algorithm is forced.
+    node_of: Option<Vec<usize>>,
     /// Per world PE: its heap as mapped here when this PE reaches it by
     /// load and store ([`Runtime::load_store_base`]; this PE's own too).
     /// Handshake words of such PEs are stored and polled directly.
@@ -280,7 +290,14 @@ pub(crate) struct Call<'a> {
     pub(crate) late: Option<Box<Error>>,
 }
 
-impl Call<'_> {
+impl<'a> Call<'a> {
+    /// The team's members grouped by node, when its handshake runs in two
+    /// levels.
+    pub(crate) fn nodes(&self) -> Option<&'a Nodes> {
+        let (coll, team): (&'a Collectives, &'a Team) = (self.coll, self.team);
+        coll.nodes_of(team)
+    }
+
     /// World PE of team PE `idx`.
     pub(crate) fn pe(&self, idx: usize) -> PeId {
         self.team.inner.members[idx]
@@ -351,6 +368,9 @@ impl Call<'_> {
             return Ok(value);
         }
         let seq = self.state.seq;
+        if let Some(nodes) = self.nodes() {
+            return self.handshake_nodes(nodes, seq, value);
+        }
         let tag = (seq & 0xFFFF_FFFF) << 32;
         let (me, n) = (self.me, self.n);
         match self.coll.algorithms.barrier_for(self.coll.oversubscribed) {
@@ -739,8 +759,7 @@ impl Collectives {
         }
         // Forced algorithms and pool sizing must match everywhere: the
         // handshake itself depends on them. Checked once, on the slow path.
-        // (algorithm fingerprint, staging bytes, teams), then two flags:
-        // this PE's node is crowded, and this PE maps every peer's heap.
+        // Each PE sends an `Agreement`.
         let mine = (
             algorithms.fingerprint(),
             stage_bytes as u64,
@@ -749,15 +768,27 @@ impl Collectives {
         let cores = rt.config().cores();
         let crowded = rt.topology().machine_pes() > cores;
         let maps_all = (0..n).all(|pe| matches!(rt.peer_ptr(RESERVED, pe), Ok(Some(_))));
+        // Whether this PE stores into its node's heaps directly (the two-level
+        // handshake of teams across nodes needs it on every PE).
+        let maps_node = rt
+            .topology()
+            .local_pes()
+            .into_iter()
+            .all(|pe| rt.load_store_base(pe).is_some());
         let all = rt
             .bootstrap()
-            .allgather(&wire::encode(&(mine, crowded, maps_all)))?;
-        let all: Vec<((u64, u64, u64), bool, bool)> = all
+            .allgather(&wire::encode(&(mine, crowded, maps_all, maps_node)))?;
+        let all: Vec<Agreement> = all
             .iter()
             .map(|m| wire::decode("collectives agreement", m))
             .collect::<Result<_>>()?;
         let oversubscribed = all.iter().any(|m| m.1);
         let all_mapped = all.iter().all(|m| m.2);
+        let node_of = (!all_mapped
+            && algorithms.barrier.is_none()
+            && rt.topology().n_nodes() > 1
+            && all.iter().all(|m| m.3))
+        .then(|| rt.topology().node_of.clone());
         if let Some(pe) = all.iter().position(|m| m.0 != mine) {
             return Err(Error::CollectiveMismatch {
                 op: "Collectives::new",
@@ -821,6 +852,7 @@ impl Collectives {
             max_teams: opts.max_teams,
             oversubscribed,
             all_mapped,
+            node_of,
             direct,
             free_slots: Mutex::new(all & !0b11),
             world,
@@ -878,6 +910,10 @@ impl Collectives {
         if n < 2 {
             return false;
         }
+        if let Some(nodes) = self.nodes_of(team) {
+            // A member stores its arrival on its node's leader.
+            return nodes.leader != me;
+        }
         let first = match self.algorithms.barrier_for(self.oversubscribed) {
             BarrierAlgorithm::Dissemination => team.inner.members[(me + 1) % n],
             BarrierAlgorithm::Linear if self.all_mapped => return true,
@@ -886,6 +922,16 @@ impl Collectives {
             BarrierAlgorithm::Linear => team.inner.members[0],
         };
         self.direct.get(first).copied().flatten().is_some()
+    }
+
+    /// `team`'s members grouped by node when its handshake runs in two
+    /// levels ([`crate::nodes`]).
+    pub(crate) fn nodes_of<'t>(&self, team: &'t Team) -> Option<&'t Nodes> {
+        let node_of = self.node_of.as_deref()?;
+        team.inner
+            .nodes
+            .get_or_init(|| Nodes::of(&team.inner.members, team.inner.my_index, node_of))
+            .as_ref()
     }
 
     /// Whether `w` is a word of the signal pool.

@@ -83,7 +83,7 @@ impl<'m> Contrib<'m> {
     }
 
     /// Bytes that team member `j` contributes.
-    fn len_of(&self, j: usize) -> usize {
+    pub(crate) fn len_of(&self, j: usize) -> usize {
         match self.only {
             Some(r) if r != j => 0,
             _ => self.each,
@@ -100,20 +100,28 @@ pub(crate) enum FoldPlan {
     /// Two PEs exchange their contributions in the dissemination
     /// handshake's one round.
     Pair,
+    /// A team across nodes: gathered at each node's leader, exchanged
+    /// between leaders ([`Call::fold_nodes`]).
+    Nodes,
 }
 
 impl Call<'_> {
     /// Whether a call whose contributions are `each` bytes and whose result
-    /// is `result` bytes can be folded; the same on every PE that passed the
-    /// same arguments (team size, sizes and configuration only).
+    /// is `result` bytes can be folded on `team`; the same on every PE that
+    /// passed the same arguments (team size and layout over nodes, sizes
+    /// and configuration only).
     pub(crate) fn fold_plan(
         coll: &crate::Collectives,
-        n: usize,
+        team: &crate::Team,
         each: usize,
         result: usize,
     ) -> Option<FoldPlan> {
+        let n = team.n_pes();
         if n < 2 {
             return None;
+        }
+        if coll.nodes_of(team).is_some() {
+            return (each.checked_mul(n)? <= HALF && result <= HALF).then_some(FoldPlan::Nodes);
         }
         match coll.algorithms.barrier_for(coll.oversubscribed) {
             BarrierAlgorithm::Linear => {
@@ -128,7 +136,7 @@ impl Call<'_> {
 
     /// This team slot's fold area on any PE (heap offset range): the
     /// folded calls' two halves.
-    fn fold_area(&self) -> SymSlice<u8> {
+    pub(crate) fn fold_area(&self) -> SymSlice<u8> {
         let off = self.coll.fold.offset() + self.team.inner.slot * FOLD_BYTES;
         SymSlice::from_raw_parts(off, 2 * HALF, self.coll.fold.instance())
     }
@@ -161,6 +169,18 @@ impl Call<'_> {
             FoldPlan::Linear => self.fold_linear(tag, value, contrib, result_len, finish)?,
             FoldPlan::Pair => {
                 return self.fold_pair(seq, tag, value, contrib, result_len, finish, out)
+            }
+            FoldPlan::Nodes => {
+                return match self.nodes() {
+                    Some(nodes) => {
+                        self.fold_nodes(nodes, seq, value, contrib, result_len, finish, out)
+                    }
+                    // Never: the plan is Nodes only for such teams.
+                    None => Err(shmem_core::Error::invalid(
+                        "team",
+                        "a folded call across nodes on a team within one",
+                    )),
+                };
             }
         };
         *out = result;

@@ -87,7 +87,7 @@ impl Collectives {
         let describe = || format!("{nelems} x {}", std::any::type_name::<T>());
         let bytes = nelems.saturating_mul(std::mem::size_of::<T>());
         let plan = match (self.algorithms.fcollect, bytes.checked_mul(n)) {
-            (None, Some(total)) => Call::fold_plan(self, n, bytes, total),
+            (None, Some(total)) => Call::fold_plan(self, team, bytes, total),
             _ => None,
         };
         if let Some(plan) = plan {
@@ -168,7 +168,7 @@ impl Collectives {
         // own cache line, with the linear handshake up to a few hundred
         // bytes each (the result, which every member fills, stays small).
         let plan = if self.algorithms.collect.is_none() {
-            Call::fold_plan(self, n, FOLD_HEADER + 8, HALF)
+            Call::fold_plan(self, team, FOLD_HEADER + 8, HALF)
         } else {
             None
         };

@@ -77,6 +77,7 @@ mod direct;
 mod fold;
 mod gather;
 mod kv_shuffle;
+mod nodes;
 mod push;
 mod reduce;
 mod reduce_op;

@@ -270,7 +270,7 @@ impl Collectives {
             .algorithms
             .reduce
             .is_none()
-            .then(|| Call::fold_plan(self, team.n_pes(), bytes, bytes))
+            .then(|| Call::fold_plan(self, team, bytes, bytes))
             .flatten();
         if let Some(plan) = plan {
             // Small: the contributions ride on the handshake; everyone

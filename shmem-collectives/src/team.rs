@@ -64,6 +64,9 @@ pub(crate) struct TeamInner {
     pub(crate) config: TeamConfig,
     pub(crate) state: StateLock,
     pub(crate) destroyed: AtomicBool,
+    /// The team's members grouped by node, when its handshake runs in two
+    /// levels ([`crate::nodes`]); worked out at its first handshake.
+    pub(crate) nodes: std::sync::OnceLock<Option<crate::nodes::Nodes>>,
 }
 
 /// A team handle: cheap to clone, compared by identity.
@@ -117,6 +120,7 @@ impl Team {
                     push_pending: crate::push::Pending::default(),
                 }),
                 destroyed: AtomicBool::new(false),
+                nodes: std::sync::OnceLock::new(),
             }),
         })
     }

@@ -1,0 +1,346 @@
+//! Teams that span nodes: the handshake in two levels.
+//!
+//! Between nodes a signal costs a network trip (about 9 us over TCP here)
+//! and within one a cache-line transfer. A flat handshake sends one message
+//! per member across the network (linear) or makes every one of its
+//! ceil(log2 n) rounds wait for a message that crosses a node boundary
+//! (dissemination with consecutive PEs per node). So when a team spans
+//! several nodes, some of them holding more than one of its PEs, and every
+//! PE maps the heaps of its node's PEs, the handshake runs in two levels:
+//!
+//! * each node's first member (in team order) leads it; the others store
+//!   their arrival (tag and fingerprint) in their word on the leader's heap
+//!   and wait on the leader's release word, both by load and store;
+//! * a leader waits for its node's arrivals (folding their fingerprints),
+//!   then runs the dissemination handshake with the other leaders only
+//!   (ceil(log2 nodes) rounds, each one network trip), and releases its node
+//!   with one store that all its members wait on.
+//!
+//! A barrier across two nodes then costs one network trip whatever the
+//! number of PEs per node. The agreed fingerprint reaches every PE as in a
+//! flat handshake: a leader's state is its node's (any difference there is
+//! already a mismatch), and dissemination spreads every leader's.
+//!
+//! Word reuse follows the flat algorithms': a member rewrites its arrival
+//! word only after it saw the release of the call before, which its leader
+//! gave after reading every arrival; the leader rewrites its release word
+//! only once every member arrived at the next call, past reading this one;
+//! the leaders' dissemination words are the dissemination handshake's own,
+//! reused by call parity. The small collectives that ride on the linear
+//! handshake ([`crate::fold`]) use the arrival and release words too, with
+//! their own tags; each call ends with every PE past reading what the call
+//! before wrote, so the two never see each other's values.
+
+use smallvec::SmallVec;
+
+use shmem_core::{PeId, Result};
+
+use crate::collectives::{Call, BAD_ARGS, MISMATCH};
+use crate::fold::{Contrib, Finish, FoldBuf, HALF};
+
+/// A team's members grouped by node, as seen from this PE.
+#[derive(Debug)]
+pub(crate) struct Nodes {
+    /// Team PE that leads this PE's node (its first member there).
+    pub(crate) leader: usize,
+    /// When this PE leads: the other members of its node (team PEs,
+    /// ascending).
+    pub(crate) locals: Vec<usize>,
+    /// Team PE of each node's leader, in team order.
+    pub(crate) leaders: Vec<usize>,
+    /// Where each team PE's contribution goes in a folded call's buffer
+    /// (in slots): node by node, in leader order, so that each node's
+    /// contributions are one range ([`crate::fold`]).
+    pub(crate) pos: Vec<usize>,
+    /// Per leader (in `leaders` order): its node's first slot and number of
+    /// members.
+    pub(crate) spans: Vec<(usize, usize)>,
+}
+
+impl Nodes {
+    /// Groups `members` (world PEs, in team order) by `node_of` (the node
+    /// of each world PE); `me` is this PE's team index. `None` when the
+    /// team is on one node or has one PE per node: then the two levels
+    /// would be one.
+    pub(crate) fn of(members: &[PeId], me: usize, node_of: &[usize]) -> Option<Nodes> {
+        let node = |j: usize| node_of.get(members[j]).copied();
+        let mine = node(me)?;
+        let mut leaders: Vec<usize> = Vec::new();
+        // Members of each node, in leader order.
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for j in 0..members.len() {
+            let k = node(j)?;
+            match groups.iter_mut().find(|g| g.0 == k) {
+                Some(g) => g.1.push(j),
+                None => {
+                    groups.push((k, vec![j]));
+                    leaders.push(j);
+                }
+            }
+        }
+        if leaders.len() < 2 || leaders.len() == members.len() {
+            return None;
+        }
+        let mut pos = vec![0; members.len()];
+        let mut spans = Vec::with_capacity(groups.len());
+        let mut at = 0;
+        for (_, g) in &groups {
+            spans.push((at, g.len()));
+            for &j in g {
+                pos[j] = at;
+                at += 1;
+            }
+        }
+        let leader = (0..members.len()).find(|&j| node(j) == Some(mine))?;
+        let locals = if leader == me {
+            (me + 1..members.len())
+                .filter(|&j| node(j) == Some(mine))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Some(Nodes {
+            leader,
+            locals,
+            leaders,
+            pos,
+            spans,
+        })
+    }
+}
+
+impl Call<'_> {
+    /// The two-level handshake (see the module comment) of call `seq` with
+    /// fingerprint `value`; returns the agreed state or [`MISMATCH`].
+    pub(crate) fn handshake_nodes(&self, nodes: &Nodes, seq: u64, value: u32) -> Result<u32> {
+        let tag = (seq & 0xFFFF_FFFF) << 32;
+        let me = self.me;
+        let release = self.word(self.coll.layout.release());
+        if nodes.leader != me {
+            let w = self.word(self.coll.layout.linear(me));
+            self.set_word(self.pe(nodes.leader), w, tag | value as u64)?;
+            return self.wait_tagged_on(self.pe(nodes.leader), release, tag);
+        }
+        let linear = |j| self.coll.layout.linear(j);
+        let mut state = self.gather_from(&nodes.locals, linear, tag, value)?;
+        let l = nodes.leaders.len();
+        let rank = nodes.leaders.iter().position(|&j| j == me).unwrap_or(0);
+        let parity = (seq & 1) as usize;
+        let (mut round, mut dist) = (0, 1);
+        while dist < l {
+            let w = self.word(self.coll.layout.entry(parity, round));
+            let to = nodes.leaders[(rank + dist) % l];
+            self.set_word(self.pe(to), w, tag | state as u64)?;
+            if self.wait_tagged(w, tag)? != state {
+                state = MISMATCH;
+            }
+            round += 1;
+            dist <<= 1;
+        }
+        if !nodes.locals.is_empty() {
+            // One store; the node's members all wait on this word.
+            self.set_word(self.pe(me), release, tag | state as u64)?;
+        }
+        Ok(state)
+    }
+
+    /// Waits until word `word(j)` of this PE (an index into the team
+    /// slot's words, increasing with `j`) carries `tag` for each of team
+    /// PEs `from` (ascending); returns `value` folded with the
+    /// fingerprints they carry (any difference: [`MISMATCH`]).
+    fn gather_from(
+        &self,
+        from: &[usize],
+        word: impl Fn(usize) -> usize,
+        tag: u64,
+        value: u32,
+    ) -> Result<u32> {
+        let (Some(&first), Some(&last)) = (from.first(), from.last()) else {
+            return Ok(value);
+        };
+        let start = self.word(word(first));
+        let span = (word(last) - word(first) + 1) * 8;
+        let mut state = value;
+        let mut arrived = 0;
+        let mut failed = None;
+        // One wait over the span of their words.
+        self.rt.wait_on(start.offset(), span, || {
+            while let Some(&j) = from.get(arrived) {
+                match self.rt.signal_fetch(self.word(word(j))) {
+                    Ok(v) if v & !0xFFFF_FFFF == tag => {
+                        if v as u32 != state {
+                            state = MISMATCH;
+                        }
+                        arrived += 1;
+                    }
+                    Ok(_) => return false,
+                    Err(e) => {
+                        failed = Some(e);
+                        return true;
+                    }
+                }
+            }
+            true
+        })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(state),
+        }
+    }
+
+    /// A small collective folded into the two-level handshake of call
+    /// `seq`: the contributions gather in each leader's fold buffer of the
+    /// call's parity (node by node, [`Nodes::pos`]), members storing theirs
+    /// before they arrive; each leader sends its node's range to every
+    /// other leader with its signal (one network trip between two nodes),
+    /// then releases its node; every PE computes the result from its
+    /// leader's buffer. Returns the agreed state and, unless it is a
+    /// mismatch or invalid arguments, the result in `out`.
+    ///
+    /// Reuse: a PE writes the buffer of parity `p` at call `s + 2` only
+    /// after call `s + 1` showed that everyone who reads it had finished
+    /// call `s`: a member writes its slot after the release of `s + 1`,
+    /// which needs every member of its node past `s`; a leader's range
+    /// reaches another leader after that one's signal of `s + 1`, sent once
+    /// its node was past `s`. The leaders' signal words are the
+    /// published-broadcast receipts (by parity and sender), which only
+    /// teams on one node use.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn fold_nodes(
+        &self,
+        nodes: &Nodes,
+        seq: u64,
+        value: u32,
+        contrib: Contrib<'_>,
+        result_len: usize,
+        finish: Finish<'_>,
+        out: &mut FoldBuf,
+    ) -> Result<u32> {
+        let tag = (seq & 0xFFFF_FFFF) << 32;
+        let parity = (seq & 1) as usize;
+        let (me, n, b) = (self.me, self.n, contrib.each);
+        let buf = self
+            .fold_area()
+            .slice(parity * HALF..parity * HALF + n * b)?;
+        let release = self.word(self.coll.layout.release());
+        let leader = self.pe(nodes.leader);
+        let at = |j: usize| buf.offset() + nodes.pos[j] * b;
+        if !contrib.mine.is_empty() {
+            self.mapped_write(leader, at(me), contrib.mine)?;
+        }
+        let state = if nodes.leader != me {
+            let w = self.word(self.coll.layout.linear(me));
+            self.set_word(leader, w, tag | value as u64)?;
+            self.wait_tagged_on(leader, release, tag)?
+        } else {
+            let linear = |j| self.coll.layout.linear(j);
+            let mut state = self.gather_from(&nodes.locals, linear, tag, value)?;
+            let rank = nodes.leaders.iter().position(|&j| j == me).unwrap_or(0);
+            // This node's contributions: its whole range, or only the
+            // root's slot when one member contributes.
+            let (first, len) = nodes.spans[rank];
+            let range = match contrib.only {
+                Some(r) if (first..first + len).contains(&nodes.pos[r]) => {
+                    Some((nodes.pos[r] * b, b))
+                }
+                Some(_) => None,
+                None => Some((first * b, len * b)),
+            };
+            let receipt = |j| self.coll.layout.push_receipt(parity, j);
+            for &to in nodes.leaders.iter().filter(|&&j| j != me) {
+                let data = match range {
+                    Some((off, len)) if len > 0 && state == value => {
+                        let dst = buf.slice(off..off + len)?;
+                        // SAFETY: this node's slots of this PE's own buffer,
+                        // written by its members before they arrived (seen
+                        // above) and not again before this call's release.
+                        let bytes = unsafe { self.mapped_bytes(self.pe(me), dst.offset(), len)? };
+                        Some((dst, bytes))
+                    }
+                    _ => None,
+                };
+                self.put_and_set(
+                    self.pe(to),
+                    data,
+                    self.word(receipt(me)),
+                    tag | state as u64,
+                )?;
+            }
+            let others: SmallVec<[usize; 8]> =
+                nodes.leaders.iter().copied().filter(|&j| j != me).collect();
+            state = self.gather_from(&others, receipt, tag, state)?;
+            if !nodes.locals.is_empty() {
+                self.set_word(self.pe(me), release, tag | state as u64)?;
+            }
+            state
+        };
+        if state == MISMATCH || state == BAD_ARGS {
+            return Ok(state);
+        }
+        // SAFETY: every contribution landed in the leader's buffer before
+        // the signals seen above, and none is rewritten before this PE's
+        // next call (see the reuse argument above).
+        let slots = unsafe { self.mapped_bytes(leader, buf.offset(), n * b)? };
+        let parts: SmallVec<[&[u8]; 8]> = (0..n)
+            .map(|j| {
+                let o = nodes.pos[j] * b;
+                &slots[o..o + contrib.len_of(j)]
+            })
+            .collect();
+        out.clear();
+        out.resize(result_len, 0);
+        finish(&parts, out)?;
+        Ok(state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_group_by_node_with_the_first_leading() {
+        // World PEs 0..6 on nodes 0,0,0,1,1,2; a team of all of them.
+        let node_of = [0, 0, 0, 1, 1, 2];
+        let members: Vec<PeId> = (0..6).collect();
+        let lead = Nodes::of(&members, 0, &node_of).expect("spans nodes");
+        assert_eq!(lead.leader, 0);
+        assert_eq!(lead.locals, vec![1, 2]);
+        assert_eq!(lead.leaders, vec![0, 3, 5]);
+        assert_eq!(lead.pos, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(lead.spans, vec![(0, 3), (3, 2), (5, 1)]);
+        let member = Nodes::of(&members, 4, &node_of).expect("spans nodes");
+        assert_eq!(member.leader, 3);
+        assert!(member.locals.is_empty());
+        let alone = Nodes::of(&members, 5, &node_of).expect("spans nodes");
+        assert_eq!(alone.leader, 5);
+        assert!(alone.locals.is_empty());
+    }
+
+    #[test]
+    fn interleaved_members_lead_by_team_order() {
+        // A strided team over PEs on alternating nodes.
+        let node_of = [0, 1, 0, 1, 0, 1];
+        let members: Vec<PeId> = vec![5, 0, 3, 2];
+        let n = Nodes::of(&members, 0, &node_of).expect("spans nodes");
+        assert_eq!(n.leader, 0);
+        assert_eq!(n.locals, vec![2]);
+        assert_eq!(n.leaders, vec![0, 1]);
+        // Node 1 (team PEs 0, 2) first, then node 0 (team PEs 1, 3).
+        assert_eq!(n.pos, vec![0, 2, 1, 3]);
+        assert_eq!(n.spans, vec![(0, 2), (2, 2)]);
+        let m = Nodes::of(&members, 3, &node_of).expect("spans nodes");
+        assert_eq!(m.leader, 1);
+    }
+
+    #[test]
+    fn one_level_teams_are_not_grouped() {
+        let node_of = [0, 0, 1, 1];
+        // One node.
+        assert!(Nodes::of(&[0, 1], 0, &node_of).is_none());
+        // One PE per node.
+        assert!(Nodes::of(&[1, 2], 1, &node_of).is_none());
+        // A PE outside the job.
+        assert!(Nodes::of(&[0, 9], 0, &node_of).is_none());
+    }
+}
