@@ -42,6 +42,10 @@ fn err(reason: impl Into<String>) -> Error {
 
 enum Pending {
     Ack(Completion),
+    /// A collective's signal ([`Transport::put_signal_collective`]): not
+    /// counted for `quiet`, and nobody waits for its acknowledgement (its
+    /// bytes left in the posting call); a failure reaches the next `quiet`.
+    Collective,
     Read {
         dst: usize,
         len: usize,
@@ -60,6 +64,22 @@ impl Pending {
             Pending::Ack(c) | Pending::Read { done: c, .. } | Pending::Atomic { done: c, .. } => {
                 c.finish_part(e())
             }
+            Pending::Collective => {}
+        }
+    }
+
+    /// Whether `quiet` waits for it (it is in [`Counters::issued`]).
+    fn counted(&self) -> bool {
+        !matches!(self, Pending::Collective)
+    }
+
+    /// Records the end of a request that was `counted` (its error, if any,
+    /// goes to the next `quiet` either way).
+    fn settle(counted: bool, counters: &Counters, error: Option<&str>) {
+        if counted {
+            counters.complete(error);
+        } else if let Some(e) = error {
+            counters.record_error(e);
         }
     }
 }
@@ -149,9 +169,11 @@ impl QueuePair {
                     detail: why,
                 });
             }
+            if pending.counted() {
+                counters.issued.fetch_add(1, Ordering::AcqRel);
+            }
             p.insert(req.seq, pending);
         }
-        counters.issued.fetch_add(1, Ordering::AcqRel);
         if let Err(e) = wire::send(&mut *w, &req.encode(), payload) {
             drop(w);
             let why = if matches!(
@@ -167,8 +189,9 @@ impl QueuePair {
             };
             mark_lost(&self.failed, &why);
             if let Some(p) = self.lock_pending().remove(&req.seq) {
+                let counted = p.counted();
                 p.fail(&why);
-                counters.complete(Some(&why));
+                Pending::settle(counted, counters, Some(&why));
             }
             return Err(Error::PeerExited {
                 pe: self.pe,
@@ -277,6 +300,7 @@ fn completion_loop(
                 c.finish_part(Ok(()));
                 counters.complete(None);
             }
+            (Status::Ack, Pending::Collective) => {}
             (Status::Data, Pending::Read { dst, len, done }) if r.len as usize == len => {
                 // SAFETY: the poster keeps `dst` valid for `len` bytes until `done` completes.
                 let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
@@ -303,13 +327,15 @@ fn completion_loop(
                     "PE {qp_pe} refused the request: {}",
                     String::from_utf8_lossy(&msg)
                 );
+                let counted = p.counted();
                 p.fail(&why);
-                counters.complete(Some(&why));
+                Pending::settle(counted, &counters, Some(&why));
             }
             (st, p) => {
                 let why = format!("PE {qp_pe} sent {st:?} for a mismatched request");
+                let counted = p.counted();
                 p.fail(&why);
-                counters.complete(Some(&why));
+                Pending::settle(counted, &counters, Some(&why));
                 break why;
             }
         }
@@ -323,8 +349,9 @@ fn completion_loop(
         p.drain().map(|(_, p)| p).collect()
     };
     for p in drained {
+        let counted = p.counted();
         p.fail(&why);
-        counters.complete(Some(&why));
+        Pending::settle(counted, &counters, Some(&why));
     }
 }
 
@@ -710,12 +737,14 @@ impl SwVerbs {
         ptr: *mut u8,
         len: usize,
     ) -> Result<Completion> {
-        self.post_chunks_signal(pe, op, off, ptr, len, None)
+        self.post_chunks_signal(pe, op, off, ptr, len, None, false)
     }
 
     /// Posts a transfer as work requests of at most [`MAX_MESSAGE`] bytes;
     /// a write may carry a signal update, applied by the target after the
-    /// last chunk's data.
+    /// last chunk's data. `collective`: a collective's write, not counted
+    /// for `quiet` ([`Pending::Collective`]).
+    #[allow(clippy::too_many_arguments)]
     fn post_chunks_signal(
         &self,
         pe: PeId,
@@ -724,6 +753,7 @@ impl SwVerbs {
         ptr: *mut u8,
         len: usize,
         signal: Option<(usize, SignalOp, u64)>,
+        collective: bool,
     ) -> Result<Completion> {
         let qp = self.qp(pe)?;
         let parts = len.div_ceil(MAX_MESSAGE).max(1);
@@ -748,11 +778,21 @@ impl SwVerbs {
                 c,
             };
             let (payload, pending): (&[u8], Pending) = if op == Opcode::Write {
-                // SAFETY: the caller keeps `ptr` valid for `len` bytes for this call.
-                (
-                    unsafe { std::slice::from_raw_parts(ptr.add(o), n) },
-                    Pending::Ack(done.clone()),
-                )
+                let bytes: &[u8] = if n == 0 {
+                    // A bare signal (`ptr` may be null).
+                    &[]
+                } else {
+                    // SAFETY: the caller keeps `ptr` valid for `len` bytes for
+                    // this call.
+                    unsafe { std::slice::from_raw_parts(ptr.add(o), n) }
+                };
+                if collective {
+                    // Sent inside `post`: this part is over for the caller.
+                    done.finish_part(Ok(()));
+                    (bytes, Pending::Collective)
+                } else {
+                    (bytes, Pending::Ack(done.clone()))
+                }
             } else {
                 (
                     &[],
@@ -982,6 +1022,31 @@ impl Transport for SwVerbs {
             src as *mut u8,
             len,
             Some((sig, op, value)),
+            false,
+        )
+        .map(|_| ())
+    }
+
+    unsafe fn put_signal_collective(
+        &self,
+        pe: PeId,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        sig: usize,
+        op: SignalOp,
+        value: u64,
+    ) -> Result<()> {
+        // Every part's bytes are in the socket when `post` returns, and the
+        // target applies the signal after the last part's data.
+        self.post_chunks_signal(
+            pe,
+            Opcode::Write,
+            dst,
+            src as *mut u8,
+            len,
+            Some((sig, op, value)),
+            true,
         )
         .map(|_| ())
     }

@@ -180,8 +180,9 @@ impl Runtime {
         self.live_for(pe)?;
         self.check_signal(sig)?;
         let t = self.route(pe)?;
+        let none = std::ptr::NonNull::<u8>::dangling().as_ptr();
         // SAFETY: `route` checked the PE, `check_signal` the word; no data.
-        unsafe { t.put_signal_collective(pe, 0, std::ptr::null(), 0, sig.offset(), op, value) }
+        unsafe { t.put_signal_collective(pe, 0, none, 0, sig.offset(), op, value) }
     }
 
     /// Reads this PE's signal word.
