@@ -136,6 +136,12 @@
 //! ping-pong acknowledges what it answers, one message per hop instead of
 //! two (8-byte ping-pong over `tcp;ofi_rxm`, five interleaved runs: 8.7
 //! -> 8.2 us per hop at the median).
+//! A collective's signal ([`Transport::put_signal_collective`]) is not
+//! counted for `quiet` and `fence`: only its target waits for it. Its
+//! message says so (`SIGNAL_COLLECTIVE`), and its target always queues the
+//! acknowledgement for its next message to the sender (a barrier's answer)
+//! or the next flush; the sender waits for it only when the engine is
+//! dropped. So a barrier between two nodes is one message each way.
 //! Without a fence, two signal messages from one PE may be applied in
 //! either order (two threads may drain the completion queue at once), as
 //! OpenSHMEM allows. With `SHMEM_ROCE_OFI_SIGNAL_MSG=0` the data goes as a
@@ -212,6 +218,14 @@ const SIGNAL_INLINE: u64 = 1;
 /// answer of a ping-pong then carries the acknowledgement of what it
 /// answers, one message instead of two).
 const SIGNAL_ACK: u64 = 2;
+/// Signal message flag: a collective's signal
+/// ([`Transport::put_signal_collective`]), whose sender waits for its
+/// acknowledgement only when its engine is dropped: the target always
+/// queues the acknowledgement, to ride on its next message to the sender
+/// (a barrier's answer) or leave with the next flush (a waiting thread's
+/// next poll, the progress thread's next round: at most its blocking
+/// timeout, 20 ms, later).
+const SIGNAL_COLLECTIVE: u64 = 4;
 /// Blocking puts under `SHMEM_ROCE_OFI_DIRECT_PUT` copy their source into
 /// a bounce buffer (so they return at once); this many bytes of bounce
 /// buffers may be in flight.
@@ -1640,7 +1654,11 @@ impl Inner {
             // Queue the acknowledgement before waking anyone here: a woken
             // PE that finalizes and exits at once sends it on its way out
             // (the sender's quiet waits for it).
-            self.defer_ack(from, id);
+            if flags & SIGNAL_COLLECTIVE != 0 {
+                self.queue_ack(from, id);
+            } else {
+                self.defer_ack(from, id);
+            }
             let spans = [
                 Span::bytes(sig as usize, 8),
                 Span::bytes(dst as usize, len as usize),
@@ -1691,16 +1709,22 @@ impl Inner {
         if !self.hot.load(Ordering::SeqCst) {
             return self.send_ack(pe, id);
         }
-        self.acks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back((pe, id));
-        self.acks_queued.fetch_add(1, Ordering::SeqCst);
+        self.queue_ack(pe, id);
         // The progress thread clears `hot` and then looks at the queue: it
         // either sees this entry, or this load sees `hot` cleared.
         if !self.hot.load(Ordering::SeqCst) {
             self.flush_acks();
         }
+    }
+
+    /// Queues the acknowledgement of signal message `id` for `pe`, sent by
+    /// the next message to `pe` or the next flush.
+    fn queue_ack(&self, pe: PeId, id: u64) {
+        self.acks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back((pe, id));
+        self.acks_queued.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Takes a queued acknowledgement owed to `pe`, for a message to `pe`
@@ -3116,6 +3140,11 @@ impl Ofi {
             SignalOp::Add => 2,
         };
         let mut flags = if inline.is_some() { SIGNAL_INLINE } else { 0 };
+        if collective && !i.auto_progress {
+            // Auto-progress providers wait for a collective's signal's
+            // acknowledgement in the call (see `signal_with`): not deferred.
+            flags |= SIGNAL_COLLECTIVE;
+        }
         // An acknowledgement owed to `pe` rides along when the message
         // still fits an inject and a receive buffer.
         let ack = if total + 8 <= i.inject_size.min(RX_LEN) {
