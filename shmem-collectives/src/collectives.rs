@@ -482,16 +482,33 @@ impl<'a> Call<'a> {
     /// word to carry `tag`; returns `value`, or [`MISMATCH`] if an arrival
     /// carried another fingerprint.
     pub(crate) fn gather_arrivals(&self, tag: u64, value: u32) -> Result<u32> {
-        let n = self.n;
-        let first = self.word(self.coll.layout.linear(1));
+        let linear = |k: usize| self.coll.layout.linear(k + 1);
+        self.gather_words(self.n - 1, linear, tag, value)
+    }
+
+    /// Waits until `count` words of this PE, `word(0)`, `word(1)`, ...
+    /// (indices into the team slot's words, increasing), each carry `tag`;
+    /// returns `value` folded with the fingerprints they carry (any
+    /// difference: [`MISMATCH`]).
+    pub(crate) fn gather_words(
+        &self,
+        count: usize,
+        word: impl Fn(usize) -> usize,
+        tag: u64,
+        value: u32,
+    ) -> Result<u32> {
+        if count == 0 {
+            return Ok(value);
+        }
+        let first = self.word(word(0));
+        let span = (word(count - 1) - word(0) + 1) * 8;
         let mut state = value;
-        let mut arrived = 1;
+        let mut arrived = 0;
         let mut failed = None;
-        // One wait over all the arrival words.
-        self.rt.wait_on(first.offset(), (n - 1) * 8, || {
-            while arrived < n {
-                let w = self.word(self.coll.layout.linear(arrived));
-                match self.rt.signal_fetch(w) {
+        // One wait over the span of all the words.
+        self.rt.wait_on(first.offset(), span, || {
+            while arrived < count {
+                match self.rt.signal_fetch(self.word(word(arrived))) {
                     Ok(v) if v & !0xFFFF_FFFF == tag => {
                         if v as u32 != state {
                             state = MISMATCH;

@@ -144,10 +144,9 @@ impl Call<'_> {
         Ok(state)
     }
 
-    /// Waits until word `word(j)` of this PE (an index into the team
-    /// slot's words, increasing with `j`) carries `tag` for each of team
-    /// PEs `from` (ascending); returns `value` folded with the
-    /// fingerprints they carry (any difference: [`MISMATCH`]).
+    /// Waits until word `word(j)` of this PE carries `tag` for each of team
+    /// PEs `from` (ascending; `word` increasing); returns `value` folded
+    /// with their fingerprints ([`Call::gather_words`]).
     fn gather_from(
         &self,
         from: &[usize],
@@ -155,37 +154,7 @@ impl Call<'_> {
         tag: u64,
         value: u32,
     ) -> Result<u32> {
-        let (Some(&first), Some(&last)) = (from.first(), from.last()) else {
-            return Ok(value);
-        };
-        let start = self.word(word(first));
-        let span = (word(last) - word(first) + 1) * 8;
-        let mut state = value;
-        let mut arrived = 0;
-        let mut failed = None;
-        // One wait over the span of their words.
-        self.rt.wait_on(start.offset(), span, || {
-            while let Some(&j) = from.get(arrived) {
-                match self.rt.signal_fetch(self.word(word(j))) {
-                    Ok(v) if v & !0xFFFF_FFFF == tag => {
-                        if v as u32 != state {
-                            state = MISMATCH;
-                        }
-                        arrived += 1;
-                    }
-                    Ok(_) => return false,
-                    Err(e) => {
-                        failed = Some(e);
-                        return true;
-                    }
-                }
-            }
-            true
-        })?;
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(state),
-        }
+        self.gather_words(from.len(), |k| word(from[k]), tag, value)
     }
 
     /// A small collective folded into the two-level handshake of call

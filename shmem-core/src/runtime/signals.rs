@@ -8,6 +8,24 @@ impl Runtime {
         self.check_atomic(sig.offset(), 8)
     }
 
+    /// Checks a put-with-signal's arguments, then hands `post` the engine
+    /// that reaches `pe`, the destination's heap offset, the source bytes
+    /// and the signal's heap offset.
+    fn checked_put_signal<T: Element>(
+        &self,
+        dst: SymSlice<T>,
+        src: &[T],
+        sig: SymRef<u64>,
+        pe: PeId,
+        post: impl FnOnce(&dyn Transport, usize, &[u8], usize) -> Result<()>,
+    ) -> Result<()> {
+        self.check_slice(&dst)?;
+        fits(src.len(), dst.len())?;
+        self.check_signal(sig)?;
+        let t = self.route(pe)?;
+        post(t, dst.offset(), as_bytes(src), sig.offset())
+    }
+
     /// Puts `src` into `dst` on `pe`, then updates `sig` on `pe`; the signal
     /// is observed only after the data.
     ///
@@ -27,25 +45,11 @@ impl Runtime {
         op: SignalOp,
         pe: PeId,
     ) -> Result<()> {
-        let dst = dst.into();
-        self.check_slice(&dst)?;
-        fits(src.len(), dst.len())?;
-        self.check_signal(sig)?;
-        let t = self.route(pe)?;
-        let b = as_bytes(src);
-        // SAFETY: `src` is live for this blocking call.
-        unsafe {
-            t.put_signal(
-                pe,
-                dst.offset(),
-                b.as_ptr(),
-                b.len(),
-                sig.offset(),
-                op,
-                value,
-                false,
-            )
-        }
+        self.checked_put_signal(dst.into(), src, sig, pe, |t, dst, b, sig| {
+            // SAFETY: `src` is live for this blocking call; the PE, the
+            // range and the word are checked.
+            unsafe { t.put_signal(pe, dst, b.as_ptr(), b.len(), sig, op, value, false) }
+        })
     }
 
     /// [`Runtime::put_signal`] for a collective's signal: only `pe` waits
@@ -68,25 +72,10 @@ impl Runtime {
         op: SignalOp,
         pe: PeId,
     ) -> Result<()> {
-        let dst = dst.into();
-        self.check_slice(&dst)?;
-        fits(src.len(), dst.len())?;
-        self.check_signal(sig)?;
-        let t = self.route(pe)?;
-        let b = as_bytes(src);
-        // SAFETY: `src` is live for this blocking call; `route`, `check_slice`
-        // and `check_signal` checked the PE, the range and the word.
-        unsafe {
-            t.put_signal_collective(
-                pe,
-                dst.offset(),
-                b.as_ptr(),
-                b.len(),
-                sig.offset(),
-                op,
-                value,
-            )
-        }
+        self.checked_put_signal(dst.into(), src, sig, pe, |t, dst, b, sig| {
+            // SAFETY: as in `put_signal`.
+            unsafe { t.put_signal_collective(pe, dst, b.as_ptr(), b.len(), sig, op, value) }
+        })
     }
 
     /// Non-blocking [`Runtime::put_signal`].
@@ -110,25 +99,10 @@ impl Runtime {
         op: SignalOp,
         pe: PeId,
     ) -> Result<()> {
-        let dst = dst.into();
-        self.check_slice(&dst)?;
-        fits(src.len(), dst.len())?;
-        self.check_signal(sig)?;
-        let t = self.route(pe)?;
-        let b = as_bytes(src);
-        // SAFETY: forwarded contract.
-        unsafe {
-            t.put_signal(
-                pe,
-                dst.offset(),
-                b.as_ptr(),
-                b.len(),
-                sig.offset(),
-                op,
-                value,
-                true,
-            )
-        }
+        self.checked_put_signal(dst.into(), src, sig, pe, |t, dst, b, sig| {
+            // SAFETY: forwarded contract (`src` outlives the operation).
+            unsafe { t.put_signal(pe, dst, b.as_ptr(), b.len(), sig, op, value, true) }
+        })
     }
 
     /// Updates `sig` on `pe` without data.
