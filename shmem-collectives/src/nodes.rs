@@ -12,28 +12,30 @@
 //!   their arrival (tag and fingerprint) in their word on the leader's heap
 //!   and wait on the leader's release word, both by load and store;
 //! * a leader waits for its node's arrivals (folding their fingerprints),
-//!   then runs the dissemination handshake with the other leaders only
-//!   (ceil(log2 nodes) rounds, each one network trip), and releases its node
+//!   sends its node's state to every other leader and waits for theirs (one
+//!   network trip; `nodes - 1` messages per leader), and releases its node
 //!   with one store that all its members wait on.
 //!
 //! A barrier across two nodes then costs one network trip whatever the
 //! number of PEs per node. The agreed fingerprint reaches every PE as in a
 //! flat handshake: a leader's state is its node's (any difference there is
-//! already a mismatch), and dissemination spreads every leader's.
+//! already a mismatch), and every leader hears every other's.
+//!
+//! Small collectives ride on the same exchange ([`Call::fold_nodes`]), on
+//! the same words, so PEs that disagree on whether a call folds (different
+//! arguments, or different collectives) meet and report the mismatch
+//! instead of waiting for each other.
 //!
 //! Word reuse follows the flat algorithms': a member rewrites its arrival
 //! word only after it saw the release of the call before, which its leader
 //! gave after reading every arrival; the leader rewrites its release word
 //! only once every member arrived at the next call, past reading this one;
-//! the leaders' dissemination words are the dissemination handshake's own,
-//! reused by call parity. The small collectives that ride on the linear
-//! handshake ([`crate::fold`]) use the arrival and release words too, with
-//! their own tags; each call ends with every PE past reading what the call
-//! before wrote, so the two never see each other's values.
+//! the leaders' words are reused by call parity
+//! ([`Call::exchange_leaders`]).
 
 use smallvec::SmallVec;
 
-use shmem_core::{PeId, Result};
+use shmem_core::{PeId, Result, SymSlice};
 
 use crate::collectives::{Call, BAD_ARGS, MISMATCH};
 use crate::fold::{Contrib, Finish, FoldBuf, HALF};
@@ -122,26 +124,51 @@ impl Call<'_> {
             return self.wait_tagged_on(self.pe(nodes.leader), release, tag);
         }
         let linear = |j| self.coll.layout.linear(j);
-        let mut state = self.gather_from(&nodes.locals, linear, tag, value)?;
-        let l = nodes.leaders.len();
-        let rank = nodes.leaders.iter().position(|&j| j == me).unwrap_or(0);
-        let parity = (seq & 1) as usize;
-        let (mut round, mut dist) = (0, 1);
-        while dist < l {
-            let w = self.word(self.coll.layout.entry(parity, round));
-            let to = nodes.leaders[(rank + dist) % l];
-            self.set_word(self.pe(to), w, tag | state as u64)?;
-            if self.wait_tagged(w, tag)? != state {
-                state = MISMATCH;
-            }
-            round += 1;
-            dist <<= 1;
-        }
+        let state = self.gather_from(&nodes.locals, linear, tag, value)?;
+        let state = self.exchange_leaders(nodes, seq, state, None)?;
         if !nodes.locals.is_empty() {
             // One store; the node's members all wait on this word.
             self.set_word(self.pe(me), release, tag | state as u64)?;
         }
         Ok(state)
+    }
+
+    /// The leaders' level of call `seq`: this leader sends its node's state
+    /// (and `data`: bytes of its fold buffer, by heap range) to every other
+    /// leader with one signal each, then waits for theirs; returns the
+    /// state folded with theirs ([`MISMATCH`] on any difference). The plain
+    /// handshake and the folded calls meet on the same words (the
+    /// published-broadcast receipts, by call parity and sender, which only
+    /// teams on one node use), so leaders that disagree on whether a call
+    /// folds (different arguments, or different collectives) fail with a
+    /// mismatch instead of waiting for each other. All-to-all instead of
+    /// dissemination: one trip, and `nodes - 1` messages per leader.
+    ///
+    /// Reuse: a leader writes another's word (and fold buffer) of parity
+    /// `p` for call `s + 2` only after that leader's signal of call `s + 1`,
+    /// sent once its node was past call `s`.
+    fn exchange_leaders(
+        &self,
+        nodes: &Nodes,
+        seq: u64,
+        state: u32,
+        data: Option<(SymSlice<u8>, &[u8])>,
+    ) -> Result<u32> {
+        let tag = (seq & 0xFFFF_FFFF) << 32;
+        let parity = (seq & 1) as usize;
+        let me = self.me;
+        let receipt = |j| self.coll.layout.push_receipt(parity, j);
+        for &to in nodes.leaders.iter().filter(|&&j| j != me) {
+            self.put_and_set(
+                self.pe(to),
+                data,
+                self.word(receipt(me)),
+                tag | state as u64,
+            )?;
+        }
+        let others: SmallVec<[usize; 8]> =
+            nodes.leaders.iter().copied().filter(|&j| j != me).collect();
+        self.gather_from(&others, receipt, tag, state)
     }
 
     /// Waits until word `word(j)` of this PE carries `tag` for each of team
@@ -215,29 +242,18 @@ impl Call<'_> {
                 Some(_) => None,
                 None => Some((first * b, len * b)),
             };
-            let receipt = |j| self.coll.layout.push_receipt(parity, j);
-            for &to in nodes.leaders.iter().filter(|&&j| j != me) {
-                let data = match range {
-                    Some((off, len)) if len > 0 && state == value => {
-                        let dst = buf.slice(off..off + len)?;
-                        // SAFETY: this node's slots of this PE's own buffer,
-                        // written by its members before they arrived (seen
-                        // above) and not again before this call's release.
-                        let bytes = unsafe { self.mapped_bytes(self.pe(me), dst.offset(), len)? };
-                        Some((dst, bytes))
-                    }
-                    _ => None,
-                };
-                self.put_and_set(
-                    self.pe(to),
-                    data,
-                    self.word(receipt(me)),
-                    tag | state as u64,
-                )?;
-            }
-            let others: SmallVec<[usize; 8]> =
-                nodes.leaders.iter().copied().filter(|&j| j != me).collect();
-            state = self.gather_from(&others, receipt, tag, state)?;
+            let data = match range {
+                Some((off, len)) if len > 0 && state == value => {
+                    let dst = buf.slice(off..off + len)?;
+                    // SAFETY: this node's slots of this PE's own buffer,
+                    // written by its members before they arrived (seen
+                    // above) and not again before this call's release.
+                    let bytes = unsafe { self.mapped_bytes(self.pe(me), dst.offset(), len)? };
+                    Some((dst, bytes))
+                }
+                _ => None,
+            };
+            state = self.exchange_leaders(nodes, seq, state, data)?;
             if !nodes.locals.is_empty() {
                 self.set_word(self.pe(me), release, tag | state as u64)?;
             }

@@ -1521,6 +1521,14 @@ fn collectives(pe: &Shmem) -> Result<()> {
         let next = coll.barrier_all();
         expect_err(me, r.and(next), "")?;
         coll.barrier_all()?;
+        // Different counts, too, where the root's call is small enough to
+        // ride on the handshake and the others' is not (across nodes the
+        // leaders then run different exchanges): an error, not a hang.
+        let count = if me == 0 { 4 } else { 200.min(64 * n + 8) };
+        let r = coll.broadcast(&world, &dst, &src, count, 0);
+        let next = coll.barrier_all();
+        expect_err(me, r.and(next), "")?;
+        coll.barrier_all()?;
     }
     for (name, team) in teams {
         if name != "world" {
