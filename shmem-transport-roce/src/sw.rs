@@ -73,13 +73,16 @@ impl Pending {
         !matches!(self, Pending::Collective)
     }
 
-    /// Records the end of a request that was `counted` (its error, if any,
-    /// goes to the next `quiet` either way).
-    fn settle(counted: bool, counters: &Counters, error: Option<&str>) {
+    /// Fails it with `why` and records its end: as a completion for
+    /// `quiet` when it was counted, and its error for the next `quiet`
+    /// either way.
+    fn abandon(self, why: &str, counters: &Counters) {
+        let counted = self.counted();
+        self.fail(why);
         if counted {
-            counters.complete(error);
-        } else if let Some(e) = error {
-            counters.record_error(e);
+            counters.complete(Some(why));
+        } else {
+            counters.record_error(why);
         }
     }
 }
@@ -189,9 +192,7 @@ impl QueuePair {
             };
             mark_lost(&self.failed, &why);
             if let Some(p) = self.lock_pending().remove(&req.seq) {
-                let counted = p.counted();
-                p.fail(&why);
-                Pending::settle(counted, counters, Some(&why));
+                p.abandon(&why, counters);
             }
             return Err(Error::PeerExited {
                 pe: self.pe,
@@ -327,15 +328,11 @@ fn completion_loop(
                     "PE {qp_pe} refused the request: {}",
                     String::from_utf8_lossy(&msg)
                 );
-                let counted = p.counted();
-                p.fail(&why);
-                Pending::settle(counted, &counters, Some(&why));
+                p.abandon(&why, &counters);
             }
             (st, p) => {
                 let why = format!("PE {qp_pe} sent {st:?} for a mismatched request");
-                let counted = p.counted();
-                p.fail(&why);
-                Pending::settle(counted, &counters, Some(&why));
+                p.abandon(&why, &counters);
                 break why;
             }
         }
@@ -349,9 +346,7 @@ fn completion_loop(
         p.drain().map(|(_, p)| p).collect()
     };
     for p in drained {
-        let counted = p.counted();
-        p.fail(&why);
-        Pending::settle(counted, &counters, Some(&why));
+        p.abandon(&why, &counters);
     }
 }
 
@@ -779,7 +774,7 @@ impl SwVerbs {
             };
             let (payload, pending): (&[u8], Pending) = if op == Opcode::Write {
                 let bytes: &[u8] = if n == 0 {
-                    // A bare signal (`ptr` may be null).
+                    // A bare signal: `ptr` need not point anywhere.
                     &[]
                 } else {
                     // SAFETY: the caller keeps `ptr` valid for `len` bytes for

@@ -115,6 +115,35 @@ impl Runtime {
     /// dead; the engine's error ([`Error::Transport`]).
     #[inline]
     pub fn signal_op(&self, sig: SymRef<u64>, value: u64, op: SignalOp, pe: PeId) -> Result<()> {
+        self.signal_update(sig, value, op, pe, false)
+    }
+
+    /// [`Runtime::signal_op`] for a collective's signal (see
+    /// [`Runtime::put_signal_collective`]).
+    ///
+    /// # Errors
+    /// As [`Runtime::signal_op`].
+    #[inline]
+    pub fn signal_op_collective(
+        &self,
+        sig: SymRef<u64>,
+        value: u64,
+        op: SignalOp,
+        pe: PeId,
+    ) -> Result<()> {
+        self.signal_update(sig, value, op, pe, true)
+    }
+
+    /// [`Runtime::signal_op`], or with `collective` its collective form.
+    #[inline]
+    fn signal_update(
+        &self,
+        sig: SymRef<u64>,
+        value: u64,
+        op: SignalOp,
+        pe: PeId,
+        collective: bool,
+    ) -> Result<()> {
         self.live_for(pe)?;
         self.check_signal(sig)?;
         if let Some(base) = self.direct(pe) {
@@ -131,32 +160,14 @@ impl Runtime {
             return Ok(());
         }
         let t = self.route(pe)?;
-        // SAFETY: `route` checked the PE, `check_signal` the word.
-        unsafe { t.signal(pe, sig.offset(), op, value) }
-    }
-
-    /// [`Runtime::signal_op`] for a collective's signal (see
-    /// [`Runtime::put_signal_collective`]).
-    ///
-    /// # Errors
-    /// As [`Runtime::signal_op`].
-    #[inline]
-    pub fn signal_op_collective(
-        &self,
-        sig: SymRef<u64>,
-        value: u64,
-        op: SignalOp,
-        pe: PeId,
-    ) -> Result<()> {
-        if self.direct(pe).is_some() {
-            return self.signal_op(sig, value, op, pe);
+        if collective {
+            let none = std::ptr::NonNull::<u8>::dangling().as_ptr();
+            // SAFETY: `route` checked the PE, `check_signal` the word; no data.
+            unsafe { t.put_signal_collective(pe, 0, none, 0, sig.offset(), op, value) }
+        } else {
+            // SAFETY: `route` checked the PE, `check_signal` the word.
+            unsafe { t.signal(pe, sig.offset(), op, value) }
         }
-        self.live_for(pe)?;
-        self.check_signal(sig)?;
-        let t = self.route(pe)?;
-        let none = std::ptr::NonNull::<u8>::dangling().as_ptr();
-        // SAFETY: `route` checked the PE, `check_signal` the word; no data.
-        unsafe { t.put_signal_collective(pe, 0, none, 0, sig.offset(), op, value) }
     }
 
     /// Reads this PE's signal word.

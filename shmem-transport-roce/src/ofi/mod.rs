@@ -3225,30 +3225,19 @@ impl Ofi {
             }
             return Ok(());
         }
-        let n = &self.inner.native;
-        let wake = Some([(sig as u64, 8), (0, 0)]);
-        let (code, native) = match op {
-            SignalOp::Set => (FI_ATOMIC_WRITE, n.signal_set),
-            SignalOp::Add => (FI_SUM, n.signal_add),
-        };
-        if native {
-            let (done, _) = self.post_atomic(
-                pe,
-                sig,
-                AmoWidth::W64,
-                code,
-                value,
-                None,
-                false,
-                wake,
-                collective,
-            )?;
-            if self.inner.auto_progress {
-                // The provider's thread may not have sent it yet: a signal
-                // has left this process when the call returns (a PE that
-                // exits right after a barrier must not take it along).
-                self.inner.wait(&done)?;
-            }
+        // The provider's thread may not have sent it yet: a signal has left
+        // this process when the call returns (a PE that exits right after a
+        // barrier must not take it along).
+        let wait = self.inner.auto_progress;
+        if self.signal_atomic(
+            pe,
+            sig,
+            op,
+            value,
+            [(sig as u64, 8), (0, 0)],
+            wait,
+            collective,
+        )? {
             return Ok(());
         }
         let amo = match op {
@@ -3303,11 +3292,7 @@ impl Ofi {
             return Ok(());
         }
         let n = &self.inner.native;
-        let signal_native = match op {
-            SignalOp::Set => n.signal_set,
-            SignalOp::Add => n.signal_add,
-        };
-        if len > 0 && !ordered && signal_native && len <= n.byte_write_max {
+        if len > 0 && !ordered && self.signal_code(op).1 && len <= n.byte_write_max {
             // Small data as a byte-array atomic write: atomics are ordered
             // after atomics (FI_ORDER_ATOMIC_WAW), so the signal can follow
             // at once instead of after the data's delivery.
@@ -3329,27 +3314,10 @@ impl Ofi {
                 self.inner.wait(&done)?;
             }
         }
-        let wake = Some([(sig as u64, 8), (dst as u64, len as u64)]);
-        let (code, native) = match op {
-            SignalOp::Set => (FI_ATOMIC_WRITE, n.signal_set),
-            SignalOp::Add => (FI_SUM, n.signal_add),
-        };
-        if native {
-            let (done, _) = self.post_atomic(
-                pe,
-                sig,
-                AmoWidth::W64,
-                code,
-                value,
-                None,
-                false,
-                wake,
-                collective,
-            )?;
-            if self.inner.auto_progress && !nbi {
-                // As in `signal`.
-                self.inner.wait(&done)?;
-            }
+        let spans = [(sig as u64, 8), (dst as u64, len as u64)];
+        // Waited for as in `signal_with`.
+        let wait = self.inner.auto_progress && !nbi;
+        if self.signal_atomic(pe, sig, op, value, spans, wait, collective)? {
             return Ok(());
         }
         let amo = match op {
@@ -3361,6 +3329,51 @@ impl Ofi {
         unsafe { self.atomic(pe, sig, AmoWidth::W64, amo) }?;
         self.wake_after(pe, [(sig as u64, 8), (dst as u64, len as u64)]);
         Ok(())
+    }
+
+    /// The provider atomic that performs signal update `op`, and whether
+    /// the provider has it.
+    fn signal_code(&self, op: SignalOp) -> (c_int, bool) {
+        let n = &self.inner.native;
+        match op {
+            SignalOp::Set => (FI_ATOMIC_WRITE, n.signal_set),
+            SignalOp::Add => (FI_SUM, n.signal_add),
+        }
+    }
+
+    /// Posts signal update `op` as a provider atomic that wakes `pe` for
+    /// `spans` once complete (with `wait`, waits for that); `Ok(false)`
+    /// when the provider lacks the atomic and the caller must emulate it.
+    #[allow(clippy::too_many_arguments)]
+    fn signal_atomic(
+        &self,
+        pe: PeId,
+        sig: usize,
+        op: SignalOp,
+        value: u64,
+        spans: Spans,
+        wait: bool,
+        collective: bool,
+    ) -> Result<bool> {
+        let (code, native) = self.signal_code(op);
+        if !native {
+            return Ok(false);
+        }
+        let (done, _) = self.post_atomic(
+            pe,
+            sig,
+            AmoWidth::W64,
+            code,
+            value,
+            None,
+            false,
+            Some(spans),
+            collective,
+        )?;
+        if wait {
+            self.inner.wait(&done)?;
+        }
+        Ok(true)
     }
 
     /// Posts a non-fetching atomic with `post`, counted in
