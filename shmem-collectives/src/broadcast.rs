@@ -21,7 +21,12 @@ impl Collectives {
     /// `source` and the root waits for them. Across nodes, or with an
     /// algorithm forced (`SHMEM_BROADCAST_ALGORITHM=direct` or
     /// `binomial`), the call opens with the argument handshake like every
-    /// collective, so mismatches fail on every PE before data moves.
+    /// collective, so mismatches fail on every PE before data moves. A
+    /// small broadcast (the team's contributions fit 2 KiB) across nodes,
+    /// or between two PEs that do not map each other, carries its data on
+    /// that handshake, and its root returns once its data is on its way:
+    /// the root checks the others' calls when its next call on the team
+    /// opens.
     ///
     /// # Errors
     /// As every collective (see [Errors](Collectives#errors)); [`Error::PeOutOfRange`]
@@ -32,6 +37,9 @@ impl Collectives {
     /// on the team for a small one, or at the call after when the next is
     /// another small broadcast from the same root (the failing call, when
     /// it opens with a handshake, then fails on its other members too).
+    /// The same holds for a small broadcast across nodes (whose root does
+    /// not wait either): its members fail in the call, its root at its next
+    /// call on the team.
     #[track_caller]
     pub fn broadcast<T: Element>(
         &self,

@@ -283,8 +283,9 @@ pub(crate) struct Call<'a> {
     /// Names the call in the hang report should one of its waits sleep.
     _in_call: shmem_core::DeferGuard,
     /// A mismatch found in this PE's previous call (a broadcast it
-    /// published without waiting); this call fails with it, after taking
-    /// part in its handshake as a PE with invalid arguments.
+    /// published, or returned from as its root, without waiting); this call
+    /// fails with it, after taking part in its handshake as a PE with
+    /// invalid arguments.
     /// (Boxed: a call is moved on every collective, and an inline
     /// `Error` would double its size.)
     pub(crate) late: Option<Box<Error>>,
@@ -988,9 +989,11 @@ impl Collectives {
     }
 
     /// Checks `team`, locks its state and records the call for the hang
-    /// report (until the returned call is dropped); then checks the
-    /// broadcast this PE published in its previous call, if it did (see
-    /// [`crate::push`]): a mismatch found there lands in [`Call::late`].
+    /// report (until the returned call is dropped); then finishes what this
+    /// PE's previous call left as a broadcast's root: the rest of a folded
+    /// broadcast's handshake ([`crate::fold::Owed`]), or the check of a
+    /// broadcast it published ([`crate::push`]). A mismatch found there
+    /// lands in [`Call::late`].
     #[track_caller]
     pub(crate) fn open_call<'a>(&'a self, team: &'a Team, op: &'static str) -> Result<Call<'a>> {
         self.open_call_keeping(team, op, false)
@@ -1023,6 +1026,9 @@ impl Collectives {
             _in_call: in_call,
             late: None,
         };
+        if let Some(owed) = call.state.owed.take() {
+            call.late = call.settle(owed)?.map(Box::new);
+        }
         let kept = if keep_newest {
             call.state.push_pending.take_newest()
         } else {

@@ -26,6 +26,11 @@
 //! half `p` at call `s` only after the other entered call `s - 1`, so it
 //! has consumed call `s - 2`'s data there.
 //!
+//! A broadcast's root needs nothing from the others, so where the
+//! exchange is by message (two PEs, or the leaders of a team across
+//! nodes) it returns once its data is on its way, and its next call on the
+//! team first waits for what it skipped ([`Owed`]).
+//!
 //! Reuse of the fold areas is safe without extra trips: a member arrives at
 //! call `s` only after it saw call `s - 1` released, which PE 0 does only
 //! after reading every contribution of `s - 1`; PE 0 rewrites its result
@@ -40,6 +45,17 @@ use shmem_core::{Result, SymSlice};
 
 use crate::algorithm::BarrierAlgorithm;
 use crate::collectives::{Call, BAD_ARGS, MISMATCH};
+
+/// The tag of handshake `seq` in a word's upper half.
+pub(crate) fn tag_of(seq: u64) -> u64 {
+    (seq & 0xFFFF_FFFF) << 32
+}
+
+/// A two-level wait on a team that is not (never happens: the plans that
+/// leave one are chosen only for teams across nodes).
+fn not_across_nodes() -> shmem_core::Error {
+    shmem_core::Error::invalid("team", "a folded call across nodes on a team within one")
+}
 
 /// Bytes of fold area per team slot: two fixed halves (gathered
 /// contributions, result), so that calls of different sizes never overlap,
@@ -105,7 +121,81 @@ pub(crate) enum FoldPlan {
     Nodes,
 }
 
+/// The rest of a folded broadcast's handshake, left by its root.
+///
+/// OpenSHMEM lets a broadcast's root return once its data is on its way
+/// (every member's `dest` must be ready before any PE calls), and the
+/// root of a folded broadcast needs nothing from the others: its own
+/// `dest` is a copy of its `source`. So it sends its data with its signal
+/// and returns; the wait for the others' signals, which checks their
+/// fingerprints and lets it reuse the words and buffers of the call's
+/// parity, runs when its next call on the team opens
+/// ([`Call::settle`]), before that call sends anything. Every reuse
+/// argument of the handshakes then holds as if the root had waited in
+/// the call itself. A member whose call differed from its root's still
+/// fails in the call (it waits for the root's signal, as before); the
+/// root reports the difference at its next call on the team, which
+/// takes part in its own handshake as a call with invalid arguments, so
+/// that its other members fail too (as a published broadcast's root does,
+/// [`crate::push`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Owed {
+    /// Two PEs ([`FoldPlan::Pair`]): the other PE's signal of call `seq`.
+    Pair { seq: u64, value: u32 },
+    /// A root that does not lead its node: its leader's release of call
+    /// `seq`.
+    Release { seq: u64, value: u32 },
+    /// A root that leads its node (released already with the node's own
+    /// agreed state): the other leaders' signals of call `seq`.
+    Leaders { seq: u64, value: u32 },
+}
+
 impl Call<'_> {
+    /// Waits for what this PE's previous call on the team left owing
+    /// ([`Owed`]); returns the mismatch to report if the others' calls
+    /// differed from it.
+    pub(crate) fn settle(&self, owed: Owed) -> Result<Option<shmem_core::Error>> {
+        let (seq, value, got) = match owed {
+            Owed::Pair { seq, value } => {
+                let w = self.word(self.coll.layout.entry((seq & 1) as usize, 0));
+                (seq, value, self.wait_tagged(w, tag_of(seq))?)
+            }
+            Owed::Release { seq, value } => {
+                let (leader, release) = match self.nodes() {
+                    Some(nodes) => (self.pe(nodes.leader), self.coll.layout.release()),
+                    None => return Err(not_across_nodes()),
+                };
+                (
+                    seq,
+                    value,
+                    self.wait_tagged_on(leader, self.word(release), tag_of(seq))?,
+                )
+            }
+            Owed::Leaders { seq, value } => match self.nodes() {
+                Some(nodes) => (seq, value, self.gather_leaders(nodes, seq, value)?),
+                None => return Err(not_across_nodes()),
+            },
+        };
+        if got == value {
+            return Ok(None);
+        }
+        Ok(Some(shmem_core::Error::CollectiveMismatch {
+            op: "broadcast",
+            details: format!(
+                "{} did not make the same call as this PE's broadcast #{seq} on the team, of \
+                 which this PE was the root: it passed different arguments, invalid ones, or \
+                 named another root, or called another collective (reported at a later call \
+                 of this PE on the team: the root of a small broadcast does not wait for its \
+                 members)",
+                match owed {
+                    Owed::Pair { .. } =>
+                        format!("team PE {} (PE {})", 1 - self.me, self.pe(1 - self.me)),
+                    _ => "a member of the team".to_string(),
+                }
+            ),
+        }))
+    }
+
     /// Whether a call whose contributions are `each` bytes and whose result
     /// is `result` bytes can be folded on `team`; the same on every PE that
     /// passed the same arguments (team size and layout over nodes, sizes
@@ -162,24 +252,24 @@ impl Call<'_> {
         let seq = self.state.seq;
         let tag = (seq & 0xFFFF_FFFF) << 32;
         out.clear();
+        // A broadcast's root (with valid arguments) needs nothing from the
+        // others: it returns once its data is on its way ([`Owed`]).
+        let early = contrib.only == Some(self.me) && value != BAD_ARGS;
         let (state, result) = match plan {
             FoldPlan::Linear if self.counted() => {
                 self.fold_counted(seq, tag, value, contrib, result_len, finish)?
             }
             FoldPlan::Linear => self.fold_linear(tag, value, contrib, result_len, finish)?,
             FoldPlan::Pair => {
-                return self.fold_pair(seq, tag, value, contrib, result_len, finish, out)
+                return self.fold_pair(seq, tag, value, early, contrib, result_len, finish, out)
             }
             FoldPlan::Nodes => {
                 return match self.nodes() {
                     Some(nodes) => {
-                        self.fold_nodes(nodes, seq, value, contrib, result_len, finish, out)
+                        self.fold_nodes(nodes, seq, value, early, contrib, result_len, finish, out)
                     }
                     // Never: the plan is Nodes only for such teams.
-                    None => Err(shmem_core::Error::invalid(
-                        "team",
-                        "a folded call across nodes on a team within one",
-                    )),
+                    None => Err(not_across_nodes()),
                 };
             }
         };
@@ -189,13 +279,16 @@ impl Call<'_> {
 
     /// Two PEs: each puts its contribution into the other's fold area
     /// (half `seq & 1`) with its handshake signal, waits for the other's,
-    /// and both compute the result from the two in team order.
+    /// and both compute the result from the two in team order. With
+    /// `early` (a broadcast's root) this PE leaves the wait to its next
+    /// call ([`Owed::Pair`]).
     #[allow(clippy::too_many_arguments)]
     fn fold_pair(
         &mut self,
         seq: u64,
         tag: u64,
         value: u32,
+        early: bool,
         contrib: Contrib<'_>,
         result_len: usize,
         finish: Finish<'_>,
@@ -208,11 +301,12 @@ impl Call<'_> {
         // Up to 56 bytes travel in the signal word's own cache line (its
         // other seven words are unused): the peer gets data and signal in
         // one line transfer.
-        let slot = |len: usize| -> Result<SymSlice<u8>> {
+        let area = self.fold_area();
+        let slot = move |len: usize| -> Result<SymSlice<u8>> {
             if contrib.each <= LINE_PAYLOAD {
                 Ok(SymSlice::from_raw_parts(w.offset() + 8, len, w.instance()))
             } else {
-                self.fold_area().slice(parity * HALF..parity * HALF + len)
+                area.slice(parity * HALF..parity * HALF + len)
             }
         };
         self.put_and_set(
@@ -221,7 +315,12 @@ impl Call<'_> {
             w,
             tag | value as u64,
         )?;
-        let got = self.wait_tagged(w, tag)?;
+        let got = if early {
+            self.state.owed = Some(Owed::Pair { seq, value });
+            value
+        } else {
+            self.wait_tagged(w, tag)?
+        };
         if got != value {
             return Ok(MISMATCH);
         }
@@ -230,7 +329,8 @@ impl Call<'_> {
         }
         // SAFETY: the other PE wrote this slot before the signal just seen
         // and writes it again only two calls from now, after this PE has
-        // entered the next call (see the module comment).
+        // entered the next call (see the module comment). (An early root
+        // reads none of it: the other contributes nothing.)
         let theirs = unsafe { self.rt.local_slice(slot(contrib.len_of(1 - me))?)? };
         let parts: [&[u8]; 2] = if me == 0 {
             [mine, theirs]

@@ -26,6 +26,9 @@
 //! arguments, or different collectives) meet and report the mismatch
 //! instead of waiting for each other.
 //!
+//! A small broadcast's root does not wait for the other nodes: it leaves
+//! their signals to its next call on the team ([`crate::fold::Owed`]).
+//!
 //! Word reuse follows the flat algorithms': a member rewrites its arrival
 //! word only after it saw the release of the call before, which its leader
 //! gave after reading every arrival; the leader rewrites its release word
@@ -38,7 +41,7 @@ use smallvec::SmallVec;
 use shmem_core::{PeId, Result, SymSlice};
 
 use crate::collectives::{Call, BAD_ARGS, MISMATCH};
-use crate::fold::{Contrib, Finish, FoldBuf, HALF};
+use crate::fold::{tag_of, Contrib, Finish, FoldBuf, Owed, HALF};
 
 /// A team's members grouped by node, as seen from this PE.
 #[derive(Debug)]
@@ -154,21 +157,38 @@ impl Call<'_> {
         state: u32,
         data: Option<(SymSlice<u8>, &[u8])>,
     ) -> Result<u32> {
-        let tag = (seq & 0xFFFF_FFFF) << 32;
-        let parity = (seq & 1) as usize;
+        self.send_leaders(nodes, seq, state, data)?;
+        self.gather_leaders(nodes, seq, state)
+    }
+
+    /// The sending half of [`Call::exchange_leaders`].
+    fn send_leaders(
+        &self,
+        nodes: &Nodes,
+        seq: u64,
+        state: u32,
+        data: Option<(SymSlice<u8>, &[u8])>,
+    ) -> Result<()> {
         let me = self.me;
-        let receipt = |j| self.coll.layout.push_receipt(parity, j);
+        let w = self.word(self.coll.layout.push_receipt((seq & 1) as usize, me));
         for &to in nodes.leaders.iter().filter(|&&j| j != me) {
-            self.put_and_set(
-                self.pe(to),
-                data,
-                self.word(receipt(me)),
-                tag | state as u64,
-            )?;
+            self.put_and_set(self.pe(to), data, w, tag_of(seq) | state as u64)?;
         }
-        let others: SmallVec<[usize; 8]> =
-            nodes.leaders.iter().copied().filter(|&j| j != me).collect();
-        self.gather_from(&others, receipt, tag, state)
+        Ok(())
+    }
+
+    /// The waiting half of [`Call::exchange_leaders`]: `state` folded with
+    /// the other leaders' states of call `seq`.
+    pub(crate) fn gather_leaders(&self, nodes: &Nodes, seq: u64, state: u32) -> Result<u32> {
+        let parity = (seq & 1) as usize;
+        let receipt = |j| self.coll.layout.push_receipt(parity, j);
+        let others: SmallVec<[usize; 8]> = nodes
+            .leaders
+            .iter()
+            .copied()
+            .filter(|&j| j != self.me)
+            .collect();
+        self.gather_from(&others, receipt, tag_of(seq), state)
     }
 
     /// Waits until word `word(j)` of this PE carries `tag` for each of team
@@ -191,7 +211,11 @@ impl Call<'_> {
     /// other leader with its signal (one network trip between two nodes),
     /// then releases its node; every PE computes the result from its
     /// leader's buffer. Returns the agreed state and, unless it is a
-    /// mismatch or invalid arguments, the result in `out`.
+    /// mismatch or invalid arguments, the result in `out`. With `early`
+    /// (a broadcast's root), this PE does not wait for the others: a
+    /// member stores its data and arrival and returns, a leader gathers
+    /// its node, sends to the other leaders and releases its node with its
+    /// node's agreed state; the rest waits for its next call ([`Owed`]).
     ///
     /// Reuse: a PE writes the buffer of parity `p` at call `s + 2` only
     /// after call `s + 1` showed that everyone who reads it had finished
@@ -203,16 +227,17 @@ impl Call<'_> {
     /// teams on one node use.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn fold_nodes(
-        &self,
+        &mut self,
         nodes: &Nodes,
         seq: u64,
         value: u32,
+        early: bool,
         contrib: Contrib<'_>,
         result_len: usize,
         finish: Finish<'_>,
         out: &mut FoldBuf,
     ) -> Result<u32> {
-        let tag = (seq & 0xFFFF_FFFF) << 32;
+        let tag = tag_of(seq);
         let parity = (seq & 1) as usize;
         let (me, n, b) = (self.me, self.n, contrib.each);
         let buf = self
@@ -227,7 +252,12 @@ impl Call<'_> {
         let state = if nodes.leader != me {
             let w = self.word(self.coll.layout.linear(me));
             self.set_word(leader, w, tag | value as u64)?;
-            self.wait_tagged_on(leader, release, tag)?
+            if early {
+                self.state.owed = Some(Owed::Release { seq, value });
+                value
+            } else {
+                self.wait_tagged_on(leader, release, tag)?
+            }
         } else {
             let linear = |j| self.coll.layout.linear(j);
             let mut state = self.gather_from(&nodes.locals, linear, tag, value)?;
@@ -253,7 +283,14 @@ impl Call<'_> {
                 }
                 _ => None,
             };
-            state = self.exchange_leaders(nodes, seq, state, data)?;
+            self.send_leaders(nodes, seq, state, data)?;
+            if early && state == value {
+                // The node agreed with its root; the other nodes' states
+                // matter to the root only (see [`Owed`]).
+                self.state.owed = Some(Owed::Leaders { seq, value });
+            } else {
+                state = self.gather_leaders(nodes, seq, state)?;
+            }
             if !nodes.locals.is_empty() {
                 self.set_word(self.pe(me), release, tag | state as u64)?;
             }

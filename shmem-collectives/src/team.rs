@@ -47,6 +47,10 @@ pub(crate) struct TeamState {
     /// fingerprints, checked against the members' records when later calls
     /// open.
     pub(crate) push_pending: crate::push::Pending,
+    /// The rest of the handshake of a folded broadcast this PE returned
+    /// from as its root (see [`crate::fold::Owed`]), waited for when its
+    /// next call on the team opens.
+    pub(crate) owed: Option<crate::fold::Owed>,
 }
 
 #[derive(Debug)]
@@ -118,6 +122,7 @@ impl Team {
                     published: 0,
                     consumed: vec![0; n],
                     push_pending: crate::push::Pending::default(),
+                    owed: None,
                 }),
                 destroyed: AtomicBool::new(false),
                 nodes: std::sync::OnceLock::new(),

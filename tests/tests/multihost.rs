@@ -216,6 +216,16 @@ fn two_hosts_run_the_p2p_and_collectives_suites() {
             &h.job(1, "signal_stress", &env),
             &format!("signal_stress on 2 hosts x 1 PE, {prov}"),
         );
+        // The root of a small broadcast does not wait for the other host's
+        // members: one PE per host (the two-PE exchange) and two (the
+        // exchange between node leaders, with roots that lead and roots
+        // that do not).
+        for per_host in [1, 2] {
+            run_ok(
+                &h.job(per_host, "early_root", &env),
+                &format!("early_root on 2 hosts x {per_host} PEs, {prov}"),
+            );
+        }
         // Waiters asleep across hosts, woken by plain puts alone (`waits`
         // ends with a put from the other host 50 ms late, into a waiter
         // asleep on its futex; a missed wake-up fails the wait: the poll is
@@ -303,6 +313,10 @@ fn three_hosts_run_the_suites() {
         run_ok(
             &h.job(2, "collectives", &env),
             &format!("collectives on 3 hosts x 2 PEs, {prov}"),
+        );
+        run_ok(
+            &h.job(2, "early_root", &env),
+            &format!("early_root on 3 hosts x 2 PEs, {prov}"),
         );
     }
 }

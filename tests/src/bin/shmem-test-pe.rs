@@ -1539,6 +1539,57 @@ fn collectives(pe: &Shmem) -> Result<()> {
     pe.free(src)
 }
 
+/// The root of a small broadcast across nodes returns once its data is on
+/// its way: the members on other nodes call the broadcast only after the
+/// root, back from its call, signals them (a root that waited for them
+/// would wait until the job's timeout). Every root in turn, including
+/// PEs that do not lead their node, with golden data each time; a
+/// barrier then settles what the roots left owing.
+fn early_root(pe: &Shmem) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let coll = pe.collectives().clone();
+    let world = coll.world();
+    let topo = pe.runtime().topology();
+    let src = pe.calloc::<i64>(8)?;
+    let dst = pe.calloc::<i64>(8)?;
+    let go = pe.calloc::<u64>(1)?;
+    let golden = |round: usize, root: usize| -> Vec<i64> {
+        (0..8)
+            .map(|i| (round * 1000 + root * 10 + i) as i64)
+            .collect()
+    };
+    // Signals from different roots are not ordered: each adds one, and a
+    // member counts the roots on other nodes it has seen.
+    let mut remote_roots = 0u64;
+    for round in 0..20 {
+        for root in 0..n {
+            if me == root {
+                pe.write_local(src.slice(0..8)?, &golden(round, root))?;
+                coll.broadcast(&world, &dst, &src, 8, root)?;
+                for other in (0..n).filter(|&p| !topo.same_node(p)) {
+                    pe.signal_op(go.at(0)?, 1, SignalOp::Add, other)?;
+                }
+            } else {
+                if !topo.same_node(root) {
+                    remote_roots += 1;
+                    pe.signal_wait_until(go.at(0)?, Cmp::Ge, remote_roots)?;
+                }
+                coll.broadcast(&world, &dst, &src, 8, root)?;
+            }
+            let got = pe.read_local(dst.slice(0..8)?)?;
+            check!(
+                me,
+                got == golden(round, root),
+                "round {round}, root {root}: got {got:?}"
+            );
+        }
+    }
+    coll.barrier_all()?;
+    pe.free(go)?;
+    pe.free(dst)?;
+    pe.free(src)
+}
+
 /// PE 1 takes its host's link down while everyone waits; the others must
 /// fail naming PE 1 within the link timeout.
 fn link_cut(pe: &Shmem) -> Result<()> {
@@ -1770,6 +1821,7 @@ fn main() {
         "global_exit" => global_exit(&pe),
         "link_cut" => link_cut(&pe),
         "collectives" => collectives(&pe),
+        "early_root" => early_root(&pe),
         "streams" => streams(&pe),
         "handles" => handles(&pe),
         "instances" => instances(&pe),
