@@ -666,11 +666,22 @@ impl std::fmt::Debug for Api {
 pub const LIBRARY_NAMES: &[&str] = &["libfabric.so.1", "libfabric.so"];
 
 impl Api {
-    /// Loads libfabric and resolves its entry points.
+    /// libfabric's entry points, loaded once per process and kept: loading
+    /// it initialises every provider (a tenth of a second or more here), so
+    /// the probe that picks the provider and the engine that opens it share
+    /// one load, and a process that opens several runtime instances loads
+    /// it once. It is never unloaded (its providers may keep threads).
     ///
     /// # Errors
-    /// A message naming the library when it cannot be loaded or lacks a symbol.
-    pub fn load() -> Result<Api, String> {
+    /// A message naming the library when it cannot be loaded or lacks a symbol
+    /// (found once, then returned again).
+    pub fn load() -> Result<&'static Api, String> {
+        static API: std::sync::OnceLock<Result<Api, String>> = std::sync::OnceLock::new();
+        API.get_or_init(Api::open).as_ref().map_err(Clone::clone)
+    }
+
+    /// Loads libfabric and resolves its entry points.
+    fn open() -> Result<Api, String> {
         let mut why = Vec::new();
         for name in LIBRARY_NAMES {
             // SAFETY: loading libfabric runs its initialisers, which have no

@@ -773,7 +773,7 @@ fn pick(list: &InfoList<'_>) -> std::result::Result<*mut fi_info, String> {
 /// Why libfabric cannot be used: missing library, no provider.
 pub fn probe(node: Option<IpAddr>) -> std::result::Result<Found, String> {
     let api = Api::load()?;
-    let list = getinfo(&api, node)?;
+    let list = getinfo(api, node)?;
     let i = pick(&list)?;
     // SAFETY: a node of the list, valid while `list` lives.
     unsafe {
@@ -792,7 +792,7 @@ pub fn probe(node: Option<IpAddr>) -> std::result::Result<Found, String> {
 /// Why libfabric cannot be used: missing library, no provider.
 pub fn provider_names() -> std::result::Result<Vec<String>, String> {
     let api = Api::load()?;
-    let list = getinfo(&api, None)?;
+    let list = getinfo(api, None)?;
     let mut names: Vec<String> = Vec::new();
     for i in list.iter() {
         // SAFETY: a node of the list, valid while `list` lives.
@@ -940,7 +940,7 @@ struct Raw {
 
 /// Shared state of the engine and its progress thread.
 struct Inner {
-    api: Api,
+    api: &'static Api,
     raw: Raw,
     my_pe: PeId,
     peers: Vec<Option<Peer>>,
@@ -1157,7 +1157,7 @@ impl Inner {
             return Ok(self.heap_desc);
         }
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        let (mr, desc) = reg_local(&self.api, &self.raw, self.mr_endpoint, key, addr, len)?;
+        let (mr, desc) = reg_local(self.api, &self.raw, self.mr_endpoint, key, addr, len)?;
         close(ctx.mr.cast());
         ctx.mr = mr;
         Ok(desc)
@@ -1374,7 +1374,7 @@ impl Inner {
             // A failed registration leaves the per-operation one to try
             // (and report).
             if let Ok((mr, desc)) = reg_local(
-                &self.api,
+                self.api,
                 &self.raw,
                 self.mr_endpoint,
                 key,
@@ -2353,9 +2353,9 @@ impl Ofi {
         let api = Api::load().map_err(unavailable)?;
         let node = bs.local_ip();
         let opened = {
-            let list = getinfo(&api, node).map_err(unavailable)?;
+            let list = getinfo(api, node).map_err(unavailable)?;
             let info = pick(&list).map_err(unavailable)?;
-            open(&api, info, base, heap_size)?
+            open(api, info, base, heap_size)?
         };
         let mut raw = opened.raw;
         // Heap ranges travel as 40 bits of offset and 24 of length.
@@ -2556,7 +2556,7 @@ impl Ofi {
             for &r in &rx {
                 // SAFETY: a live receive context owned here.
                 let buf = unsafe { (*r).buf.as_ptr() };
-                match reg_local(&api, &raw, mr_endpoint, next_key, buf, RX_LEN) {
+                match reg_local(api, &raw, mr_endpoint, next_key, buf, RX_LEN) {
                     Ok((mr, desc)) => {
                         raw.rx_mrs.push(mr);
                         // SAFETY: as above.
