@@ -131,9 +131,10 @@ impl SlotLayout {
 }
 
 /// What every PE sends when collectives start, to check that all agree:
-/// (algorithm fingerprint, staging bytes, teams), then whether its node is
+/// (algorithm fingerprint, staging bytes, teams, the leaders' all-to-all
+/// limit), then whether its node is
 /// crowded, whether it maps every heap, whether it maps its node's heaps.
-type Agreement = ((u64, u64, u64), bool, bool, bool);
+type Agreement = ((u64, u64, u64, u64), bool, bool, bool);
 
 pub(crate) fn ceil_log2(n: usize) -> usize {
     if n <= 1 {
@@ -195,6 +196,9 @@ pub struct Collectives {
     /// levels ([`crate::nodes`]): the job spans nodes, every PE maps its
     /// node's heaps and no barrier algorithm is forced.
     node_of: Option<Vec<usize>>,
+    /// Most node leaders that exchange all-to-all
+    /// (`SHMEM_NODE_LEADERS_ALLTOALL`, [`crate::nodes`]).
+    leaders_alltoall: usize,
     /// Per world PE: its heap as mapped here when this PE reaches it by
     /// load and store ([`Runtime::load_store_base`]; this PE's own too).
     /// Handshake words of such PEs are stored and polled directly.
@@ -778,10 +782,12 @@ impl Collectives {
         // Forced algorithms and pool sizing must match everywhere: the
         // handshake itself depends on them. Checked once, on the slow path.
         // Each PE sends an `Agreement`.
+        let leaders_alltoall = rt.config().var::<u64>("SHMEM_NODE_LEADERS_ALLTOALL")?;
         let mine = (
             algorithms.fingerprint(),
             stage_bytes as u64,
             opts.max_teams as u64,
+            leaders_alltoall,
         );
         let cores = rt.config().cores();
         let crowded = rt.topology().machine_pes() > cores;
@@ -811,8 +817,10 @@ impl Collectives {
             return Err(Error::CollectiveMismatch {
                 op: "Collectives::new",
                 details: format!(
-                    "PE {pe} and PE {} differ in SHMEM_*_ALGORITHM settings or collective options \
-                     (this PE: {algorithms:?}, {stage_bytes} staging bytes, {} teams); use the same on every PE",
+                    "PE {pe} and PE {} differ in SHMEM_*_ALGORITHM settings, \
+                     SHMEM_NODE_LEADERS_ALLTOALL or collective options (this PE: {algorithms:?}, \
+                     leaders all-to-all up to {leaders_alltoall}, {stage_bytes} staging bytes, {} \
+                     teams); use the same on every PE",
                     rt.my_pe(),
                     opts.max_teams
                 ),
@@ -871,6 +879,7 @@ impl Collectives {
             oversubscribed,
             all_mapped,
             node_of,
+            leaders_alltoall: usize::try_from(leaders_alltoall).unwrap_or(usize::MAX),
             direct,
             free_slots: Mutex::new(all & !0b11),
             world,
@@ -948,7 +957,14 @@ impl Collectives {
         let node_of = self.node_of.as_deref()?;
         team.inner
             .nodes
-            .get_or_init(|| Nodes::of(&team.inner.members, team.inner.my_index, node_of))
+            .get_or_init(|| {
+                Nodes::of(
+                    &team.inner.members,
+                    team.inner.my_index,
+                    node_of,
+                    self.leaders_alltoall,
+                )
+            })
             .as_ref()
     }
 

@@ -210,8 +210,9 @@ impl Call<'_> {
         if n < 2 {
             return None;
         }
-        if coll.nodes_of(team).is_some() {
-            return (each.checked_mul(n)? <= HALF && result <= HALF).then_some(FoldPlan::Nodes);
+        if let Some(nodes) = coll.nodes_of(team) {
+            return (nodes.alltoall && each.checked_mul(n)? <= HALF && result <= HALF)
+                .then_some(FoldPlan::Nodes);
         }
         match coll.algorithms.barrier_for(coll.oversubscribed) {
             BarrierAlgorithm::Linear => {

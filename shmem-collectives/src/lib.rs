@@ -36,6 +36,8 @@
 //! `SHMEM_ALLTOALL_ALGORITHM`, `SHMEM_REDUCE_ALGORITHM` and
 //! `SHMEM_SCAN_ALGORITHM` (read through the runtime's
 //! [`Config`](shmem_core::Config)) force one; see [`AlgorithmChoice`].
+//! Across nodes, `SHMEM_NODE_LEADERS_ALLTOALL` (8 by default) is the most
+//! nodes whose leaders exchange all-to-all; above it they disseminate.
 //!
 //! How every collective call fails is described once, under
 //! [Errors](Collectives#errors) on [`Collectives`].

@@ -17,7 +17,14 @@
 //!   with one store that all its members wait on.
 //!
 //! A barrier across two nodes then costs one network trip whatever the
-//! number of PEs per node. The agreed fingerprint reaches every PE as in a
+//! number of PEs per node. A team with one PE on each of three or more
+//! nodes runs the same exchange, every PE leading itself.
+//!
+//! All-to-all costs each leader `nodes - 1` messages, which grows past a
+//! few trips' worth as nodes are added: above `SHMEM_NODE_LEADERS_ALLTOALL`
+//! nodes (8 by default) the leaders run a dissemination barrier among
+//! themselves instead (`ceil(log2 nodes)` trips of one message each), and
+//! small collectives no longer ride on it. The agreed fingerprint reaches every PE as in a
 //! flat handshake: a leader's state is its node's (any difference there is
 //! already a mismatch), and every leader hears every other's.
 //!
@@ -37,6 +44,13 @@
 //! ([`Call::exchange_leaders`]).
 
 use smallvec::SmallVec;
+
+shmem_core::config_var!(
+    "SHMEM_NODE_LEADERS_ALLTOALL",
+    u64,
+    "8",
+    "Teams across nodes: up to this many nodes, the node leaders exchange all-to-all (one network trip; each leader sends nodes - 1 messages, and small collectives ride on the exchange); above it, they run a dissemination barrier (ceil(log2 nodes) trips of one message). Also the most nodes at which a team with one PE per node exchanges all-to-all. The same on every PE"
+);
 
 use shmem_core::{PeId, Result, SymSlice};
 
@@ -60,14 +74,27 @@ pub(crate) struct Nodes {
     /// Per leader (in `leaders` order): its node's first slot and number of
     /// members.
     pub(crate) spans: Vec<(usize, usize)>,
+    /// Whether the leaders exchange all-to-all (one trip, `leaders - 1`
+    /// messages each, and small collectives ride on it); else they run a
+    /// dissemination barrier among themselves (`ceil(log2 leaders)` trips
+    /// of one message each) and nothing rides on it.
+    pub(crate) alltoall: bool,
 }
 
 impl Nodes {
     /// Groups `members` (world PEs, in team order) by `node_of` (the node
-    /// of each world PE); `me` is this PE's team index. `None` when the
-    /// team is on one node or has one PE per node: then the two levels
-    /// would be one.
-    pub(crate) fn of(members: &[PeId], me: usize, node_of: &[usize]) -> Option<Nodes> {
+    /// of each world PE); `me` is this PE's team index. The leaders
+    /// exchange all-to-all when there are at most `alltoall_max` of them
+    /// (`SHMEM_NODE_LEADERS_ALLTOALL`). `None` when the team is on one
+    /// node, or has one PE per node and either two PEs (their exchange is
+    /// already one trip) or more than `alltoall_max` (the flat
+    /// dissemination handshake is the leaders' one).
+    pub(crate) fn of(
+        members: &[PeId],
+        me: usize,
+        node_of: &[usize],
+        alltoall_max: usize,
+    ) -> Option<Nodes> {
         let node = |j: usize| node_of.get(members[j]).copied();
         let mine = node(me)?;
         let mut leaders: Vec<usize> = Vec::new();
@@ -83,7 +110,9 @@ impl Nodes {
                 }
             }
         }
-        if leaders.len() < 2 || leaders.len() == members.len() {
+        let alltoall = leaders.len() <= alltoall_max;
+        if leaders.len() < 2 || (leaders.len() == members.len() && (leaders.len() < 3 || !alltoall))
+        {
             return None;
         }
         let mut pos = vec![0; members.len()];
@@ -110,6 +139,7 @@ impl Nodes {
             leaders,
             pos,
             spans,
+            alltoall,
         })
     }
 }
@@ -157,8 +187,41 @@ impl Call<'_> {
         state: u32,
         data: Option<(SymSlice<u8>, &[u8])>,
     ) -> Result<u32> {
+        if !nodes.alltoall {
+            // Never with data: nothing rides on this exchange.
+            return self.disseminate_leaders(nodes, seq, state);
+        }
         self.send_leaders(nodes, seq, state, data)?;
         self.gather_leaders(nodes, seq, state)
+    }
+
+    /// The leaders' level of call `seq` when there are too many leaders to
+    /// exchange all-to-all: a dissemination barrier among them, on the
+    /// same words (each leader writes another's word of its own index at
+    /// most once per call: round `r` goes `2^r` leaders on, a different
+    /// leader each round). Reuse by call parity as in the flat
+    /// dissemination: a leader completes call `s + 1` only after every
+    /// leader has entered it, so past reading its words of call `s`.
+    fn disseminate_leaders(&self, nodes: &Nodes, seq: u64, state: u32) -> Result<u32> {
+        let tag = tag_of(seq);
+        let parity = (seq & 1) as usize;
+        let receipt = |j| self.coll.layout.push_receipt(parity, j);
+        let l = nodes.leaders.len();
+        let k = nodes
+            .leaders
+            .iter()
+            .position(|&j| j == self.me)
+            .unwrap_or(0);
+        let mut state = state;
+        let mut dist = 1;
+        while dist < l {
+            let to = nodes.leaders[(k + dist) % l];
+            let from = nodes.leaders[(k + l - dist) % l];
+            self.set_word(self.pe(to), self.word(receipt(self.me)), tag | state as u64)?;
+            state = self.gather_from(&[from], receipt, tag, state)?;
+            dist <<= 1;
+        }
+        Ok(state)
     }
 
     /// The sending half of [`Call::exchange_leaders`].
@@ -325,16 +388,16 @@ mod tests {
         // World PEs 0..6 on nodes 0,0,0,1,1,2; a team of all of them.
         let node_of = [0, 0, 0, 1, 1, 2];
         let members: Vec<PeId> = (0..6).collect();
-        let lead = Nodes::of(&members, 0, &node_of).expect("spans nodes");
+        let lead = Nodes::of(&members, 0, &node_of, 8).expect("spans nodes");
         assert_eq!(lead.leader, 0);
         assert_eq!(lead.locals, vec![1, 2]);
         assert_eq!(lead.leaders, vec![0, 3, 5]);
         assert_eq!(lead.pos, vec![0, 1, 2, 3, 4, 5]);
         assert_eq!(lead.spans, vec![(0, 3), (3, 2), (5, 1)]);
-        let member = Nodes::of(&members, 4, &node_of).expect("spans nodes");
+        let member = Nodes::of(&members, 4, &node_of, 8).expect("spans nodes");
         assert_eq!(member.leader, 3);
         assert!(member.locals.is_empty());
-        let alone = Nodes::of(&members, 5, &node_of).expect("spans nodes");
+        let alone = Nodes::of(&members, 5, &node_of, 8).expect("spans nodes");
         assert_eq!(alone.leader, 5);
         assert!(alone.locals.is_empty());
     }
@@ -344,14 +407,14 @@ mod tests {
         // A strided team over PEs on alternating nodes.
         let node_of = [0, 1, 0, 1, 0, 1];
         let members: Vec<PeId> = vec![5, 0, 3, 2];
-        let n = Nodes::of(&members, 0, &node_of).expect("spans nodes");
+        let n = Nodes::of(&members, 0, &node_of, 8).expect("spans nodes");
         assert_eq!(n.leader, 0);
         assert_eq!(n.locals, vec![2]);
         assert_eq!(n.leaders, vec![0, 1]);
         // Node 1 (team PEs 0, 2) first, then node 0 (team PEs 1, 3).
         assert_eq!(n.pos, vec![0, 2, 1, 3]);
         assert_eq!(n.spans, vec![(0, 2), (2, 2)]);
-        let m = Nodes::of(&members, 3, &node_of).expect("spans nodes");
+        let m = Nodes::of(&members, 3, &node_of, 8).expect("spans nodes");
         assert_eq!(m.leader, 1);
     }
 
@@ -359,10 +422,37 @@ mod tests {
     fn one_level_teams_are_not_grouped() {
         let node_of = [0, 0, 1, 1];
         // One node.
-        assert!(Nodes::of(&[0, 1], 0, &node_of).is_none());
-        // One PE per node.
-        assert!(Nodes::of(&[1, 2], 1, &node_of).is_none());
+        assert!(Nodes::of(&[0, 1], 0, &node_of, 8).is_none());
+        // One PE on each of two nodes.
+        assert!(Nodes::of(&[1, 2], 1, &node_of, 8).is_none());
         // A PE outside the job.
-        assert!(Nodes::of(&[0, 9], 0, &node_of).is_none());
+        assert!(Nodes::of(&[0, 9], 0, &node_of, 8).is_none());
+    }
+
+    #[test]
+    fn one_pe_per_node_leads_itself_up_to_the_all_to_all_limit() {
+        let node_of = [0, 1, 2, 3];
+        let members: Vec<PeId> = (0..4).collect();
+        let n = Nodes::of(&members, 2, &node_of, 8).expect("four nodes");
+        assert_eq!(n.leader, 2);
+        assert!(n.locals.is_empty());
+        assert_eq!(n.leaders, vec![0, 1, 2, 3]);
+        assert!(n.alltoall);
+        // Past the limit the flat handshake is the leaders' dissemination.
+        assert!(Nodes::of(&members, 2, &node_of, 3).is_none());
+    }
+
+    #[test]
+    fn many_leaders_disseminate() {
+        let node_of = [0, 0, 1, 1, 2, 2];
+        let members: Vec<PeId> = (0..6).collect();
+        let n = Nodes::of(&members, 1, &node_of, 2).expect("three nodes");
+        assert_eq!(n.leader, 0);
+        assert!(!n.alltoall);
+        assert!(
+            Nodes::of(&members, 1, &node_of, 3)
+                .expect("three nodes")
+                .alltoall
+        );
     }
 }

@@ -314,10 +314,26 @@ fn three_hosts_run_the_suites() {
             &h.job(2, "collectives", &env),
             &format!("collectives on 3 hosts x 2 PEs, {prov}"),
         );
+        // One PE per host: every PE leads its node, and the three exchange
+        // all-to-all; the root of a small broadcast does not wait.
+        run_ok(
+            &h.job(1, "early_root", &env),
+            &format!("early_root on 3 hosts, {prov}"),
+        );
         run_ok(
             &h.job(2, "early_root", &env),
             &format!("early_root on 3 hosts x 2 PEs, {prov}"),
         );
+        // Fewer leaders allowed all-to-all than there are nodes: the
+        // leaders disseminate (and nothing rides on their exchange), and a
+        // team with one PE per node runs the flat handshake.
+        let disseminate = with(&env, &[("SHMEM_NODE_LEADERS_ALLTOALL", "2")]);
+        for per_host in [1, 2] {
+            run_ok(
+                &h.job(per_host, "collectives", &disseminate),
+                &format!("collectives on 3 hosts x {per_host} PEs, leaders disseminating, {prov}"),
+            );
+        }
     }
 }
 
