@@ -23,10 +23,10 @@ impl Collectives {
     /// `binomial`), the call opens with the argument handshake like every
     /// collective, so mismatches fail on every PE before data moves. A
     /// small broadcast (the team's contributions fit 2 KiB) across nodes,
-    /// or between two PEs that do not map each other, carries its data on
-    /// that handshake, and its root returns once its data is on its way:
-    /// the root checks the others' calls when its next call on the team
-    /// opens.
+    /// or on a team of two PEs in a job whose PEs do not all map each
+    /// other, carries its data on that handshake, and its root returns
+    /// once its data is on its way: the root checks the others' calls when
+    /// its next call on the team opens.
     ///
     /// # Errors
     /// As every collective (see [Errors](Collectives#errors)); [`Error::PeOutOfRange`]
@@ -39,7 +39,9 @@ impl Collectives {
     /// it opens with a handshake, then fails on its other members too).
     /// The same holds for a small broadcast across nodes (whose root does
     /// not wait either): its members fail in the call, its root at its next
-    /// call on the team.
+    /// call on the team (a small collective that rides on the handshake then
+    /// completes everywhere and fails on the root only), and PEs that each
+    /// named themselves the root at their next calls.
     #[track_caller]
     pub fn broadcast<T: Element>(
         &self,

@@ -166,7 +166,9 @@ pub(crate) fn ceil_log2(n: usize) -> usize {
 /// * [`Error::CollectiveMismatch`] (on the other members) when members pass
 ///   different arguments (root, count, element type, operation), invalid
 ///   ones, or call a different collective; a broadcast on one node is
-///   published by its root instead (see [`Collectives::broadcast`]);
+///   published by its root instead, and the root of a small broadcast
+///   across nodes does not wait, so such a root reports the mismatch at
+///   its next call on the team (see [`Collectives::broadcast`]);
 /// * while waiting, [`Error::PeerExited`] or [`Error::Aborted`] when a PE
 ///   dies or the job is aborted, and [`Error::Timeout`] after
 ///   `SHMEM_WAIT_TIMEOUT`;
@@ -1042,8 +1044,11 @@ impl Collectives {
             _in_call: in_call,
             late: None,
         };
-        if let Some(owed) = call.state.owed.take() {
+        if let Some(owed) = call.state.owed {
+            // Owed until settled: after a failure (a timeout, a dead PE) the
+            // team's next call waits again instead of reusing its words.
             call.late = call.settle(owed)?.map(Box::new);
+            call.state.owed = None;
         }
         let kept = if keep_newest {
             call.state.push_pending.take_newest()
@@ -1178,17 +1183,35 @@ impl Collectives {
         finish: crate::fold::Finish<'_>,
         out: &mut crate::fold::FoldBuf,
     ) -> Result<()> {
-        let local = call.with_late(local);
+        // A mismatch of this PE's earlier call does not spoil this one: a
+        // folded call is whole once its handshake is, and the PEs whose
+        // calls differed back then failed then (see `Owed`). It takes part
+        // with its own arguments and reports the earlier mismatch after.
+        // (Taking part as "invalid arguments" would make a root that did
+        // not wait report this call in turn, and so on with every root
+        // after it.)
+        let late = call.late.take();
         let value = match local {
             Ok(()) => desc.value(),
             Err(_) => BAD_ARGS,
         };
         let agreed = call.fold_handshake(plan, value, contrib, result_len, finish, out)?;
-        local?;
-        if agreed != value {
-            return Err(self.mismatch(op, call, describe));
+        let now = match (local, agreed == value) {
+            (Err(e), _) => Err(e),
+            (Ok(()), false) => Err(self.mismatch(op, call, describe)),
+            (Ok(()), true) => Ok(()),
+        };
+        match (now, late) {
+            (now, None) => now,
+            (Ok(()), Some(e)) => Err(*e),
+            (Err(Error::CollectiveMismatch { op, details }), Some(e)) => {
+                Err(Error::CollectiveMismatch {
+                    op,
+                    details: format!("{details}; and earlier: {e}"),
+                })
+            }
+            (Err(now), Some(_)) => Err(now),
         }
-        Ok(())
     }
 
     #[track_caller]
@@ -1389,6 +1412,21 @@ impl Collectives {
                     .signal_wait_until(left, Cmp::Ge, call.n as u64 - 1)?;
             } else {
                 self.rt.signal_op(left, 1, SignalOp::Add, call.pe(0))?;
+            }
+        }
+        // Likewise on a team across nodes, whose members read their
+        // leader's release word: the leader's own arrival word, which that
+        // handshake leaves unused, counts its members out.
+        if let Some(nodes) = call.nodes() {
+            let left = call.word(self.layout.linear(nodes.leader));
+            if nodes.leader == call.me {
+                if !nodes.locals.is_empty() {
+                    self.rt
+                        .signal_wait_until(left, Cmp::Ge, nodes.locals.len() as u64)?;
+                }
+            } else {
+                self.rt
+                    .signal_op(left, 1, SignalOp::Add, call.pe(nodes.leader))?;
             }
         }
         // Every member has entered destroy and every signal sent to this PE

@@ -133,11 +133,17 @@ pub(crate) enum FoldPlan {
 /// ([`Call::settle`]), before that call sends anything. Every reuse
 /// argument of the handshakes then holds as if the root had waited in
 /// the call itself. A member whose call differed from its root's still
-/// fails in the call (it waits for the root's signal, as before); the
-/// root reports the difference at its next call on the team, which
-/// takes part in its own handshake as a call with invalid arguments, so
-/// that its other members fail too (as a published broadcast's root does,
-/// [`crate::push`]).
+/// fails in the call (it waits for the root's signal, as before), unless
+/// it believes it is the root too: then both return, and each reports
+/// the other at its next call. The root reports the difference at its
+/// next call on the team. When that call opens with a handshake, it
+/// takes part as a call with invalid arguments, so that its other members
+/// fail too (as a published broadcast's root does, [`crate::push`]); a
+/// folded call, which is whole once its handshake is, completes on every
+/// PE and fails on this one only (taking part as invalid arguments would
+/// make a root of that call that did not wait report it in turn, and so
+/// on). A mismatch is not reported when the team sees no further call.
+/// The wait runs under the next call's entry in the hang report.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Owed {
     /// Two PEs ([`FoldPlan::Pair`]): the other PE's signal of call `seq`.

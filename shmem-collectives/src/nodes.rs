@@ -87,8 +87,8 @@ impl Nodes {
     /// exchange all-to-all when there are at most `alltoall_max` of them
     /// (`SHMEM_NODE_LEADERS_ALLTOALL`). `None` when the team is on one
     /// node, or has one PE per node and either two PEs (their exchange is
-    /// already one trip) or more than `alltoall_max` (the flat
-    /// dissemination handshake is the leaders' one).
+    /// already one trip) or more than `alltoall_max` (the flat handshake
+    /// then serves).
     pub(crate) fn of(
         members: &[PeId],
         me: usize,
@@ -312,6 +312,17 @@ impl Call<'_> {
         if !contrib.mine.is_empty() {
             self.mapped_write(leader, at(me), contrib.mine)?;
         }
+        // A broadcast's root that leads its node releases its node before
+        // it has heard from the other leaders (`early`), while a leader
+        // whose call differs (another collective, another size) may still
+        // be writing into this buffer: its members copy the root's data
+        // from the published-broadcast area instead, which only this PE
+        // writes on a team across nodes (rewritten two calls later, after
+        // its members arrived at the call between).
+        let root_leads = contrib.only.filter(|&r| r == nodes.leader);
+        if root_leads == Some(me) && !contrib.mine.is_empty() {
+            self.mapped_write(leader, self.push_area(parity), contrib.mine)?;
+        }
         let state = if nodes.leader != me {
             let w = self.word(self.coll.layout.linear(me));
             self.set_word(leader, w, tag | value as u64)?;
@@ -336,6 +347,10 @@ impl Call<'_> {
                 None => Some((first * b, len * b)),
             };
             let data = match range {
+                // The root's own bytes, not its slot read back.
+                Some((off, len)) if len > 0 && state == value && contrib.only == Some(me) => {
+                    Some((buf.slice(off..off + len)?, contrib.mine))
+                }
                 Some((off, len)) if len > 0 && state == value => {
                     let dst = buf.slice(off..off + len)?;
                     // SAFETY: this node's slots of this PE's own buffer,
@@ -362,14 +377,31 @@ impl Call<'_> {
         if state == MISMATCH || state == BAD_ARGS {
             return Ok(state);
         }
-        // SAFETY: every contribution landed in the leader's buffer before
-        // the signals seen above, and none is rewritten before this PE's
-        // next call (see the reuse argument above).
-        let slots = unsafe { self.mapped_bytes(leader, buf.offset(), n * b)? };
+        let slots: &[u8] = if early {
+            // The root needs only its own bytes (the others contribute
+            // none), and has not waited for anyone.
+            &[]
+        } else if let Some(r) = root_leads {
+            // SAFETY: the root wrote its bytes into its published-broadcast
+            // area before releasing this PE (seen above) and rewrites them
+            // two calls later, after this PE arrived at the next one.
+            let area = unsafe { self.mapped_bytes(leader, self.push_area(parity), b)? };
+            &area[..contrib.len_of(r)]
+        } else {
+            // SAFETY: every contribution landed in the leader's buffer
+            // before the signals seen above, and none is rewritten before
+            // this PE's next call (see the reuse argument above).
+            unsafe { self.mapped_bytes(leader, buf.offset(), n * b)? }
+        };
         let parts: SmallVec<[&[u8]; 8]> = (0..n)
-            .map(|j| {
-                let o = nodes.pos[j] * b;
-                &slots[o..o + contrib.len_of(j)]
+            .map(|j| match (early, root_leads) {
+                (true, _) if j == me => contrib.mine,
+                (false, Some(r)) if j == r => slots,
+                (false, None) => {
+                    let o = nodes.pos[j] * b;
+                    &slots[o..o + contrib.len_of(j)]
+                }
+                _ => &[],
             })
             .collect();
         out.clear();

@@ -1585,6 +1585,36 @@ fn early_root(pe: &Shmem) -> Result<()> {
         }
     }
     coll.barrier_all()?;
+    // The last PE passes another count once (call 0, root 0): it fails
+    // there, and root 0, which did not wait, reports it at its next call
+    // (call 1), which still completes. No call after that fails: a root
+    // that did not wait must not take PE 0's late report for a difference
+    // of its own call, and so on from root to root. A PE whose call
+    // succeeds has the root's data.
+    for k in 0..8usize {
+        let root = k % 2;
+        let count = if k == 0 && me == n - 1 { 4 } else { 8 };
+        if me == root {
+            pe.write_local(src.slice(0..8)?, &golden(100 + k, root))?;
+        }
+        pe.write_local(dst.slice(0..8)?, &[-1; 8])?;
+        let r = coll.broadcast(&world, &dst, &src, count, root);
+        match (k, &r) {
+            (0, Ok(())) if me == n - 1 => {
+                check!(me, false, "call 0 with another count succeeded")
+            }
+            (1, Ok(())) if me == 0 => {
+                check!(me, false, "root 0 did not report call 0 at its next call")
+            }
+            (2.., Err(e)) => check!(me, false, "call {k} failed: {e}"),
+            _ => {}
+        }
+        if r.is_ok() {
+            let got = pe.read_local(dst.slice(0..8)?)?;
+            check!(me, got == golden(100 + k, root), "call {k}: got {got:?}");
+        }
+    }
+    coll.barrier_all()?;
     pe.free(go)?;
     pe.free(dst)?;
     pe.free(src)
