@@ -36,11 +36,12 @@ impl Collectives {
     /// differed: in the call for a large broadcast, at the root's next call
     /// on the team for a small one, or at the call after when the next is
     /// another small broadcast from the same root (the failing call, when
-    /// it opens with a handshake, then fails on its other members too).
+    /// it opens with a plain handshake, then fails on its other members
+    /// too; a small collective that rides on its handshake completes on
+    /// every PE and fails on the root only).
     /// The same holds for a small broadcast across nodes (whose root does
     /// not wait either): its members fail in the call, its root at its next
-    /// call on the team (a small collective that rides on the handshake then
-    /// completes everywhere and fails on the root only), and PEs that each
+    /// call on the team (as above), and PEs that each
     /// named themselves the root at their next calls.
     #[track_caller]
     pub fn broadcast<T: Element>(

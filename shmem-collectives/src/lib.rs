@@ -27,7 +27,8 @@
 //! anything, and the root checks their receipts (a small broadcast's at
 //! its next call on the team, or the one after when the next is another
 //! small broadcast it roots; that call then fails on the root and, when
-//! it opens with a handshake, on its other members). A PE that calls another
+//! it opens with a plain handshake, on its other members; the root of a
+//! small broadcast across nodes does not wait either). A PE that calls another
 //! collective meanwhile leaves the others waiting until the hang report
 //! names it.
 //! Algorithms are chosen by team and message size;

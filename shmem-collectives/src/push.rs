@@ -38,9 +38,11 @@
 //! parity buffer for the publish two later, and a receipt with another
 //! fingerprint (a member that passed different arguments) makes the
 //! checking call fail with [`shmem_core::Error::CollectiveMismatch`] on
-//! the root; when that call opens with a handshake, the root joins it as
-//! a PE with invalid arguments, so its other members fail too rather
-//! than wait. A PE that named another root, or published the call
+//! the root; when that call opens with a plain handshake, the root joins
+//! it as a PE with invalid arguments, so its other members fail too
+//! rather than wait (a small collective folded into its handshake, whole
+//! once the handshake is, completes on every PE instead and fails on the
+//! root only: see [`crate::fold::Owed`]). A PE that named another root, or published the call
 //! itself, sends no receipt: the root reads that PE's own words instead
 //! (seen at its next poll, since they do not ring it). A mismatch is thus
 //! reported on every PE whose call differed from its root's, and on the
