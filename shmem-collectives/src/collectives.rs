@@ -37,6 +37,12 @@ use crate::team::{strided_members, StateGuard, Team, TeamConfig, TeamKind};
 pub(crate) const BAD_ARGS: u32 = 0x8000_0000;
 /// Handshake state once two different fingerprints have met.
 pub(crate) const MISMATCH: u32 = 0xFFFF_FFFF;
+
+/// The tag of call (or publish) `seq` in a signal word's upper half; the
+/// lower half carries a fingerprint.
+pub(crate) fn tag_of(seq: u64) -> u64 {
+    (seq & 0xFFFF_FFFF) << 32
+}
 /// Words in a cache line; latency-critical words get one each.
 const LINE_WORDS: usize = 8;
 /// First heap offset open to users (any mapped PE has it).
@@ -378,7 +384,7 @@ impl<'a> Call<'a> {
         if let Some(nodes) = self.nodes() {
             return self.handshake_nodes(nodes, seq, value);
         }
-        let tag = (seq & 0xFFFF_FFFF) << 32;
+        let tag = tag_of(seq);
         let (me, n) = (self.me, self.n);
         match self.coll.algorithms.barrier_for(self.coll.oversubscribed) {
             BarrierAlgorithm::Dissemination => {

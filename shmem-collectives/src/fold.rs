@@ -44,12 +44,7 @@ use smallvec::SmallVec;
 use shmem_core::{Result, SymSlice};
 
 use crate::algorithm::BarrierAlgorithm;
-use crate::collectives::{Call, BAD_ARGS, MISMATCH};
-
-/// The tag of handshake `seq` in a word's upper half.
-pub(crate) fn tag_of(seq: u64) -> u64 {
-    (seq & 0xFFFF_FFFF) << 32
-}
+use crate::collectives::{tag_of, Call, BAD_ARGS, MISMATCH};
 
 /// A two-level wait on a team that is not (never happens: the plans that
 /// leave one are chosen only for teams across nodes).
@@ -161,43 +156,56 @@ impl Call<'_> {
     /// ([`Owed`]); returns the mismatch to report if the others' calls
     /// differed from it.
     pub(crate) fn settle(&self, owed: Owed) -> Result<Option<shmem_core::Error>> {
-        let (seq, value, got) = match owed {
+        let team_pe = |j: usize| format!("team PE {j} (PE {})", self.pe(j));
+        let (seq, who) = match owed {
             Owed::Pair { seq, value } => {
                 let w = self.word(self.coll.layout.entry((seq & 1) as usize, 0));
-                (seq, value, self.wait_tagged(w, tag_of(seq))?)
+                let got = self.wait_tagged(w, tag_of(seq))?;
+                (seq, (got != value).then(|| team_pe(1 - self.me)))
             }
             Owed::Release { seq, value } => {
-                let (leader, release) = match self.nodes() {
-                    Some(nodes) => (self.pe(nodes.leader), self.coll.layout.release()),
-                    None => return Err(not_across_nodes()),
-                };
-                (
-                    seq,
-                    value,
-                    self.wait_tagged_on(leader, self.word(release), tag_of(seq))?,
-                )
+                let nodes = self.nodes().ok_or_else(not_across_nodes)?;
+                let release = self.word(self.coll.layout.release());
+                let got = self.wait_tagged_on(self.pe(nodes.leader), release, tag_of(seq))?;
+                let who = (got != value).then(|| {
+                    format!(
+                        "a PE of this node (as its leader, {}, found) or of another node",
+                        team_pe(nodes.leader)
+                    )
+                });
+                (seq, who)
             }
-            Owed::Leaders { seq, value } => match self.nodes() {
-                Some(nodes) => (seq, value, self.gather_leaders(nodes, seq, value)?),
-                None => return Err(not_across_nodes()),
-            },
+            Owed::Leaders { seq, value } => {
+                let nodes = self.nodes().ok_or_else(not_across_nodes)?;
+                let got = self.gather_leaders(nodes, seq, value)?;
+                let who = (got != value).then(|| {
+                    // The leaders whose nodes' states differed (read again
+                    // only on this error path).
+                    let word = |j| self.word(self.coll.layout.push_receipt((seq & 1) as usize, j));
+                    let differed: Vec<String> = nodes
+                        .leaders
+                        .iter()
+                        .filter(|&&j| j != self.me)
+                        .filter(|&&j| !matches!(self.rt.signal_fetch(word(j)), Ok(v) if v as u32 == value))
+                        .map(|&j| team_pe(j))
+                        .collect();
+                    if differed.is_empty() {
+                        "a member of the team".to_string()
+                    } else {
+                        format!("a PE of the node led by {}", differed.join(" or of the node led by "))
+                    }
+                });
+                (seq, who)
+            }
         };
-        if got == value {
-            return Ok(None);
-        }
-        Ok(Some(shmem_core::Error::CollectiveMismatch {
+        Ok(who.map(|who| shmem_core::Error::CollectiveMismatch {
             op: "broadcast",
             details: format!(
-                "{} did not make the same call as this PE's broadcast #{seq} on the team, of \
+                "{who} did not make the same call as this PE's broadcast #{seq} on the team, of \
                  which this PE was the root: it passed different arguments, invalid ones, or \
                  named another root, or called another collective (reported at a later call \
                  of this PE on the team: the root of a small broadcast does not wait for its \
-                 members)",
-                match owed {
-                    Owed::Pair { .. } =>
-                        format!("team PE {} (PE {})", 1 - self.me, self.pe(1 - self.me)),
-                    _ => "a member of the team".to_string(),
-                }
+                 members)"
             ),
         }))
     }
@@ -257,7 +265,7 @@ impl Call<'_> {
     ) -> Result<u32> {
         self.state.seq += 1;
         let seq = self.state.seq;
-        let tag = (seq & 0xFFFF_FFFF) << 32;
+        let tag = tag_of(seq);
         out.clear();
         // A broadcast's root (with valid arguments) needs nothing from the
         // others: it returns once its data is on its way ([`Owed`]).

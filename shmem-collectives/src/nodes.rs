@@ -54,8 +54,8 @@ shmem_core::config_var!(
 
 use shmem_core::{PeId, Result, SymSlice};
 
-use crate::collectives::{Call, BAD_ARGS, MISMATCH};
-use crate::fold::{tag_of, Contrib, Finish, FoldBuf, Owed, HALF};
+use crate::collectives::{tag_of, Call, BAD_ARGS, MISMATCH};
+use crate::fold::{Contrib, Finish, FoldBuf, Owed, HALF};
 
 /// A team's members grouped by node, as seen from this PE.
 #[derive(Debug)]
@@ -148,7 +148,7 @@ impl Call<'_> {
     /// The two-level handshake (see the module comment) of call `seq` with
     /// fingerprint `value`; returns the agreed state or [`MISMATCH`].
     pub(crate) fn handshake_nodes(&self, nodes: &Nodes, seq: u64, value: u32) -> Result<u32> {
-        let tag = (seq & 0xFFFF_FFFF) << 32;
+        let tag = tag_of(seq);
         let me = self.me;
         let release = self.word(self.coll.layout.release());
         if nodes.leader != me {
@@ -319,8 +319,7 @@ impl Call<'_> {
         // from the published-broadcast area instead, which only this PE
         // writes on a team across nodes (rewritten two calls later, after
         // its members arrived at the call between).
-        let root_leads = contrib.only.filter(|&r| r == nodes.leader);
-        if root_leads == Some(me) && !contrib.mine.is_empty() {
+        if contrib.only == Some(me) && nodes.leader == me && !contrib.mine.is_empty() {
             self.mapped_write(leader, self.push_area(parity), contrib.mine)?;
         }
         let state = if nodes.leader != me {
@@ -377,33 +376,37 @@ impl Call<'_> {
         if state == MISMATCH || state == BAD_ARGS {
             return Ok(state);
         }
-        let slots: &[u8] = if early {
-            // The root needs only its own bytes (the others contribute
-            // none), and has not waited for anyone.
-            &[]
-        } else if let Some(r) = root_leads {
-            // SAFETY: the root wrote its bytes into its published-broadcast
-            // area before releasing this PE (seen above) and rewrites them
-            // two calls later, after this PE arrived at the next one.
-            let area = unsafe { self.mapped_bytes(leader, self.push_area(parity), b)? };
-            &area[..contrib.len_of(r)]
-        } else {
-            // SAFETY: every contribution landed in the leader's buffer
-            // before the signals seen above, and none is rewritten before
-            // this PE's next call (see the reuse argument above).
-            unsafe { self.mapped_bytes(leader, buf.offset(), n * b)? }
+        let parts: SmallVec<[&[u8]; 8]> = match contrib.only {
+            Some(r) => {
+                let root_part: &[u8] = if early {
+                    // The root has not waited for anyone: its own bytes.
+                    contrib.mine
+                } else if r == nodes.leader {
+                    // SAFETY: the root wrote its bytes into its published-
+                    // broadcast area before releasing this PE (seen above)
+                    // and rewrites them two calls later, after this PE
+                    // arrived at the next one.
+                    unsafe { self.mapped_bytes(leader, self.push_area(parity), b)? }
+                } else {
+                    // SAFETY: the root's slot of the leader's buffer, written
+                    // before the signals seen above and not rewritten before
+                    // this PE's next call (see the reuse argument above).
+                    unsafe { self.mapped_bytes(leader, at(r), b)? }
+                };
+                (0..n)
+                    .map(|j| if j == r { root_part } else { &[][..] })
+                    .collect()
+            }
+            None => {
+                // SAFETY: every contribution landed in the leader's buffer
+                // before the signals seen above, and none is rewritten
+                // before this PE's next call (see the reuse argument above).
+                let slots = unsafe { self.mapped_bytes(leader, buf.offset(), n * b)? };
+                (0..n)
+                    .map(|j| &slots[nodes.pos[j] * b..(nodes.pos[j] + 1) * b])
+                    .collect()
+            }
         };
-        let parts: SmallVec<[&[u8]; 8]> = (0..n)
-            .map(|j| match (early, root_leads) {
-                (true, _) if j == me => contrib.mine,
-                (false, Some(r)) if j == r => slots,
-                (false, None) => {
-                    let o = nodes.pos[j] * b;
-                    &slots[o..o + contrib.len_of(j)]
-                }
-                _ => &[],
-            })
-            .collect();
         out.clear();
         out.resize(result_len, 0);
         finish(&parts, out)?;

@@ -71,7 +71,7 @@
 
 use shmem_core::{as_bytes, as_bytes_mut, Element, Error, Result, SymSlice};
 
-use crate::collectives::{local_copy, Call, Desc, BAD_ARGS};
+use crate::collectives::{local_copy, tag_of, Call, Desc, BAD_ARGS};
 use crate::{Collectives, Team};
 
 /// Largest broadcast (bytes) whose root copies it into its own buffer and
@@ -79,11 +79,6 @@ use crate::{Collectives, Team};
 pub(crate) const PUSH_MAX: usize = 2048;
 /// Bytes that travel in the published word's own cache line.
 pub(crate) const LINE_PAYLOAD: usize = 56;
-
-/// The tag of publish `seq` in a word's upper half.
-fn tag_of(seq: u64) -> u64 {
-    (seq & 0xFFFF_FFFF) << 32
-}
 
 /// Whether `word`'s tag is that of a publish after `seq` (wrapping).
 fn after(word: u64, seq: u64) -> bool {

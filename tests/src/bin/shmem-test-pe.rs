@@ -1606,6 +1606,17 @@ fn early_root(pe: &Shmem) -> Result<()> {
             (1, Ok(())) if me == 0 => {
                 check!(me, false, "root 0 did not report call 0 at its next call")
             }
+            // Naming the last PE, or the leader of its node.
+            (1, Err(e)) if me == 0 => {
+                let lead = (0..n)
+                    .find(|&p| topo.node_of[p] == topo.node_of[n - 1])
+                    .unwrap_or(n - 1);
+                check!(
+                    me,
+                    e.to_string().contains(&format!("(PE {lead})")),
+                    "root 0's report does not name PE {lead}: {e}"
+                )
+            }
             (2.., Err(e)) => check!(me, false, "call {k} failed: {e}"),
             _ => {}
         }
