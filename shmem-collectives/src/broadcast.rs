@@ -42,7 +42,11 @@ impl Collectives {
     /// The same holds for a small broadcast across nodes (whose root does
     /// not wait either): its members fail in the call, its root at its next
     /// call on the team (as above), and PEs that each
-    /// named themselves the root at their next calls.
+    /// named themselves the root at their next calls. A root that leads
+    /// its node may send its data to the other nodes before its own node
+    /// has arrived; when a PE of its node then differs, that PE and the
+    /// root fail in the call, and the other nodes' PEs, whose calls
+    /// matched the root's, complete with its data.
     #[track_caller]
     pub fn broadcast<T: Element>(
         &self,

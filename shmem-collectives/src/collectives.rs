@@ -382,6 +382,8 @@ impl<'a> Call<'a> {
         }
         let seq = self.state.seq;
         if let Some(nodes) = self.nodes() {
+            // No member reads a fold buffer after a plain handshake.
+            self.state.locals_read_fold = false;
             return self.handshake_nodes(nodes, seq, value);
         }
         let tag = tag_of(seq);

@@ -128,7 +128,10 @@ pub(crate) enum FoldPlan {
 /// ([`Call::settle`]), before that call sends anything. Every reuse
 /// argument of the handshakes then holds as if the root had waited in
 /// the call itself. A member whose call differed from its root's still
-/// fails in the call (it waits for the root's signal, as before), unless
+/// fails in the call (it waits for the root's signal, as before; a root
+/// that leads its node and sent its data before gathering its node
+/// fails in the call too when a PE of its node differed, and then the
+/// other nodes, whose calls matched the root's, complete), unless
 /// it believes it is the root too: then both return, and each reports
 /// the other at its next call. The root reports the difference at its
 /// next call on the team. When that call opens with a handshake, it

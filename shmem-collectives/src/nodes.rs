@@ -34,7 +34,11 @@
 //! instead of waiting for each other.
 //!
 //! A small broadcast's root does not wait for the other nodes: it leaves
-//! their signals to its next call on the team ([`crate::fold::Owed`]).
+//! their signals to its next call on the team ([`crate::fold::Owed`]). A
+//! root that leads its node sends its data to the other leaders as it
+//! enters, before it gathers its own node, unless its node's members may
+//! still be reading its fold buffer from the call before (see
+//! [`Call::fold_nodes`]).
 //!
 //! Word reuse follows the flat algorithms': a member rewrites its arrival
 //! word only after it saw the release of the call before, which its leader
@@ -276,16 +280,24 @@ impl Call<'_> {
     /// leader's buffer. Returns the agreed state and, unless it is a
     /// mismatch or invalid arguments, the result in `out`. With `early`
     /// (a broadcast's root), this PE does not wait for the others: a
-    /// member stores its data and arrival and returns, a leader gathers
-    /// its node, sends to the other leaders and releases its node with its
-    /// node's agreed state; the rest waits for its next call ([`Owed`]).
+    /// member stores its data and arrival and returns, a leader sends to
+    /// the other leaders, gathers its node and releases it with its node's
+    /// agreed state; the rest waits for its next call ([`Owed`]). Such a
+    /// leader sends before it gathers its node (its own state, not its
+    /// node's: a member of its node whose call differs fails with the root,
+    /// in the call, and the other nodes do not see it) unless its last call
+    /// on the team left its node's members reading its fold buffer
+    /// (`TeamState::locals_read_fold`); then it
+    /// gathers first and sends its node's state.
     ///
     /// Reuse: a PE writes the buffer of parity `p` at call `s + 2` only
     /// after call `s + 1` showed that everyone who reads it had finished
     /// call `s`: a member writes its slot after the release of `s + 1`,
     /// which needs every member of its node past `s`; a leader's range
     /// reaches another leader after that one's signal of `s + 1`, sent once
-    /// its node was past `s`. The leaders' signal words are the
+    /// its node was past `s`, or, by a root that sent first, once its node
+    /// had stopped reading its buffer of `s` (call `s` was not a folded
+    /// call that its members read from it). The leaders' signal words are the
     /// published-broadcast receipts (by parity and sender), which only
     /// teams on one node use.
     #[allow(clippy::too_many_arguments)]
@@ -332,35 +344,52 @@ impl Call<'_> {
                 self.wait_tagged_on(leader, release, tag)?
             }
         } else {
+            // A root that leads its node sends its bytes to the other
+            // leaders before its node has arrived, unless its members may
+            // still be reading its fold buffer of the call before (the
+            // other leaders take this signal as leave to write the parity
+            // of that call two calls later). The message then carries the
+            // root's own state: a member of its node whose call differs
+            // fails, and so does the root (below), but not the other
+            // nodes, whose calls matched the root's.
+            let sent_first = early && !self.state.locals_read_fold;
+            self.state.locals_read_fold = !nodes.locals.is_empty() && contrib.only != Some(me);
+            if sent_first {
+                let at_root = nodes.pos[me] * b;
+                let dst = buf.slice(at_root..at_root + b)?;
+                self.send_leaders(nodes, seq, value, Some((dst, contrib.mine)))?;
+            }
             let linear = |j| self.coll.layout.linear(j);
             let mut state = self.gather_from(&nodes.locals, linear, tag, value)?;
-            let rank = nodes.leaders.iter().position(|&j| j == me).unwrap_or(0);
-            // This node's contributions: its whole range, or only the
-            // root's slot when one member contributes.
-            let (first, len) = nodes.spans[rank];
-            let range = match contrib.only {
-                Some(r) if (first..first + len).contains(&nodes.pos[r]) => {
-                    Some((nodes.pos[r] * b, b))
-                }
-                Some(_) => None,
-                None => Some((first * b, len * b)),
-            };
-            let data = match range {
-                // The root's own bytes, not its slot read back.
-                Some((off, len)) if len > 0 && state == value && contrib.only == Some(me) => {
-                    Some((buf.slice(off..off + len)?, contrib.mine))
-                }
-                Some((off, len)) if len > 0 && state == value => {
-                    let dst = buf.slice(off..off + len)?;
-                    // SAFETY: this node's slots of this PE's own buffer,
-                    // written by its members before they arrived (seen
-                    // above) and not again before this call's release.
-                    let bytes = unsafe { self.mapped_bytes(self.pe(me), dst.offset(), len)? };
-                    Some((dst, bytes))
-                }
-                _ => None,
-            };
-            self.send_leaders(nodes, seq, state, data)?;
+            if !sent_first {
+                // This node's contributions: its whole range, or only the
+                // root's slot when one member contributes.
+                let rank = nodes.leaders.iter().position(|&j| j == me).unwrap_or(0);
+                let (first, len) = nodes.spans[rank];
+                let range = match contrib.only {
+                    Some(r) if (first..first + len).contains(&nodes.pos[r]) => {
+                        Some((nodes.pos[r] * b, b))
+                    }
+                    Some(_) => None,
+                    None => Some((first * b, len * b)),
+                };
+                let data = match range {
+                    // The root's own bytes, not its slot read back.
+                    Some((off, len)) if len > 0 && state == value && contrib.only == Some(me) => {
+                        Some((buf.slice(off..off + len)?, contrib.mine))
+                    }
+                    Some((off, len)) if len > 0 && state == value => {
+                        let dst = buf.slice(off..off + len)?;
+                        // SAFETY: this node's slots of this PE's own buffer,
+                        // written by its members before they arrived (seen
+                        // above) and not again before this call's release.
+                        let bytes = unsafe { self.mapped_bytes(self.pe(me), dst.offset(), len)? };
+                        Some((dst, bytes))
+                    }
+                    _ => None,
+                };
+                self.send_leaders(nodes, seq, state, data)?;
+            }
             if early && state == value {
                 // The node agreed with its root; the other nodes' states
                 // matter to the root only (see [`Owed`]).

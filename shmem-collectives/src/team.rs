@@ -51,6 +51,12 @@ pub(crate) struct TeamState {
     /// from as its root (see [`crate::fold::Owed`]), waited for when its
     /// next call on the team opens.
     pub(crate) owed: Option<crate::fold::Owed>,
+    /// On a team across nodes: whether this PE's last call on the team
+    /// left its node's members reading its fold buffer (it led its node
+    /// through a folded call it was not the root of). A broadcast's root
+    /// that leads its node sends to the other leaders before its node has
+    /// arrived only when this is false ([`crate::nodes`]).
+    pub(crate) locals_read_fold: bool,
 }
 
 #[derive(Debug)]
@@ -123,6 +129,7 @@ impl Team {
                     consumed: vec![0; n],
                     push_pending: crate::push::Pending::default(),
                     owed: None,
+                    locals_read_fold: false,
                 }),
                 destroyed: AtomicBool::new(false),
                 nodes: std::sync::OnceLock::new(),

@@ -1626,6 +1626,93 @@ fn early_root(pe: &Shmem) -> Result<()> {
         }
     }
     coll.barrier_all()?;
+    // Root 0 leads its node. After a plain handshake (a barrier) and
+    // after its own broadcasts it sends to the other nodes before its node
+    // has arrived: the other PEs of its node call only once every PE on
+    // another node is back from the broadcast (a root that gathered its
+    // node first would wait until the job's timeout).
+    let node0 = |p: usize| topo.node_of[p] == topo.node_of[0];
+    let remote = (0..n).filter(|&p| !node0(p)).count() as u64;
+    let back = pe.calloc::<u64>(1)?;
+    let mut backs = 0u64;
+    for k in 0..12usize {
+        if k % 4 == 0 {
+            coll.barrier_all()?;
+        }
+        if me == 0 {
+            pe.write_local(src.slice(0..8)?, &golden(200 + k, 0))?;
+        } else if node0(me) {
+            backs += remote;
+            pe.signal_wait_until(back.at(0)?, Cmp::Ge, backs)?;
+        }
+        coll.broadcast(&world, &dst, &src, 8, 0)?;
+        if !node0(me) {
+            for p in (1..n).filter(|&p| node0(p)) {
+                pe.signal_op(back.at(0)?, 1, SignalOp::Add, p)?;
+            }
+        }
+        let got = pe.read_local(dst.slice(0..8)?)?;
+        check!(
+            me,
+            got == golden(200 + k, 0),
+            "first-sent call {k}: got {got:?}"
+        );
+    }
+    // A folded call whose result root 0's node reads from root 0's fold
+    // buffer, then a broadcast from root 0, and so on: root 0 must not
+    // send first after such a call (the other leaders would then be free
+    // to write that buffer while its node may still be reading it).
+    let gsrc = pe.calloc::<i64>(1)?;
+    let gdst = pe.calloc::<i64>(n)?;
+    for k in 0..20usize {
+        pe.write_local(gsrc.slice(0..1)?, &[(300 + k * 100 + me) as i64])?;
+        coll.fcollect(&world, &gdst, &gsrc, 1)?;
+        let got = pe.read_local(gdst.slice(0..n)?)?;
+        let want: Vec<i64> = (0..n).map(|p| (300 + k * 100 + p) as i64).collect();
+        check!(me, got == want, "fcollect {k}: got {got:?}");
+        if me == 0 {
+            pe.write_local(src.slice(0..8)?, &golden(300 + k, 0))?;
+        }
+        coll.broadcast(&world, &dst, &src, 8, 0)?;
+        let got = pe.read_local(dst.slice(0..8)?)?;
+        check!(
+            me,
+            got == golden(300 + k, 0),
+            "broadcast {k} after fcollect: got {got:?}"
+        );
+    }
+    // A PE of root 0's node passes another count to a broadcast that root
+    // 0 sent first: it fails, and so does root 0 (its node's state is a
+    // mismatch), while the other nodes, whose calls matched the root's,
+    // have its data. Later calls succeed.
+    coll.barrier_all()?;
+    let odd = (1..n).find(|&p| node0(p));
+    for k in 0..3usize {
+        let count = if k == 0 && Some(me) == odd { 4 } else { 8 };
+        if me == 0 {
+            pe.write_local(src.slice(0..8)?, &golden(400 + k, 0))?;
+        }
+        pe.write_local(dst.slice(0..8)?, &[-1; 8])?;
+        let r = coll.broadcast(&world, &dst, &src, count, 0);
+        let failing = k == 0 && odd.is_some() && node0(me);
+        match &r {
+            Ok(()) if failing => check!(me, false, "call {k} succeeded on root 0's node"),
+            Err(e) if !failing => check!(me, false, "call {k} failed: {e}"),
+            _ => {}
+        }
+        if r.is_ok() {
+            let got = pe.read_local(dst.slice(0..8)?)?;
+            check!(
+                me,
+                got == golden(400 + k, 0),
+                "call {k} (odd count): got {got:?}"
+            );
+        }
+    }
+    coll.barrier_all()?;
+    pe.free(gdst)?;
+    pe.free(gsrc)?;
+    pe.free(back)?;
     pe.free(go)?;
     pe.free(dst)?;
     pe.free(src)
