@@ -14,7 +14,9 @@
 //! * a leader waits for its node's arrivals (folding their fingerprints),
 //!   sends its node's state to every other leader and waits for theirs (one
 //!   network trip; `nodes - 1` messages per leader), and releases its node
-//!   with one store that all its members wait on.
+//!   with one store that all its members wait on. The last leader to
+//!   arrive finds the others' signals already there: it releases its node
+//!   first, then sends (its members need nothing from its sends).
 //!
 //! A barrier across two nodes then costs one network trip whatever the
 //! number of PEs per node. A team with one PE on each of three or more
@@ -162,12 +164,46 @@ impl Call<'_> {
         }
         let linear = |j| self.coll.layout.linear(j);
         let state = self.gather_from(&nodes.locals, linear, tag, value)?;
+        if let Some(agreed) = self.leaders_arrived(nodes, seq, state)? {
+            // The last leader to arrive releases its node before it sends.
+            if !nodes.locals.is_empty() {
+                self.set_word(self.pe(me), release, tag | agreed as u64)?;
+            }
+            self.send_leaders(nodes, seq, state, None)?;
+            return Ok(agreed);
+        }
         let state = self.exchange_leaders(nodes, seq, state, None)?;
         if !nodes.locals.is_empty() {
             // One store; the node's members all wait on this word.
             self.set_word(self.pe(me), release, tag | state as u64)?;
         }
         Ok(state)
+    }
+
+    /// `state` folded with the other leaders' states of call `seq` when
+    /// every one of them has already arrived (their signals are here), else
+    /// `None`; never waits. A leader that finds them all here releases its
+    /// node before it sends its own signals: its members need nothing from
+    /// those sends, which cost a network send each. Only where the leaders
+    /// exchange all-to-all.
+    fn leaders_arrived(&self, nodes: &Nodes, seq: u64, state: u32) -> Result<Option<u32>> {
+        if !nodes.alltoall {
+            return Ok(None);
+        }
+        let (tag, parity) = (tag_of(seq), (seq & 1) as usize);
+        let mut state = state;
+        for &j in nodes.leaders.iter().filter(|&&j| j != self.me) {
+            let v = self
+                .rt
+                .signal_fetch(self.word(self.coll.layout.push_receipt(parity, j)))?;
+            if v & !0xFFFF_FFFF != tag {
+                return Ok(None);
+            }
+            if v as u32 != state {
+                state = MISMATCH;
+            }
+        }
+        Ok(Some(state))
     }
 
     /// The leaders' level of call `seq`: this leader sends its node's state
@@ -361,6 +397,20 @@ impl Call<'_> {
             }
             let linear = |j| self.coll.layout.linear(j);
             let mut state = self.gather_from(&nodes.locals, linear, tag, value)?;
+            // What this node can be released with before this leader sends
+            // (its members need nothing from the sends): an early root's
+            // node that agreed with it, or every node's agreed state when
+            // the other leaders have all arrived already.
+            let before = if sent_first {
+                None
+            } else if early {
+                (state == value).then_some(state)
+            } else {
+                self.leaders_arrived(nodes, seq, state)?
+            };
+            if let (Some(agreed), false) = (before, nodes.locals.is_empty()) {
+                self.set_word(self.pe(me), release, tag | agreed as u64)?;
+            }
             if !sent_first {
                 // This node's contributions: its whole range, or only the
                 // root's slot when one member contributes.
@@ -394,10 +444,12 @@ impl Call<'_> {
                 // The node agreed with its root; the other nodes' states
                 // matter to the root only (see [`Owed`]).
                 self.state.owed = Some(Owed::Leaders { seq, value });
+            } else if let Some(agreed) = before {
+                state = agreed;
             } else {
                 state = self.gather_leaders(nodes, seq, state)?;
             }
-            if !nodes.locals.is_empty() {
+            if before.is_none() && !nodes.locals.is_empty() {
                 self.set_word(self.pe(me), release, tag | state as u64)?;
             }
             state
