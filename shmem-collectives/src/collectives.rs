@@ -292,8 +292,9 @@ pub(crate) struct Call<'a> {
     pub(crate) me: usize,
     /// Team size.
     pub(crate) n: usize,
-    /// Names the call in the hang report should one of its waits sleep.
-    _in_call: shmem_core::DeferGuard,
+    /// Names the call in the hang report should one of its waits sleep
+    /// (set once what the previous call left owing is settled).
+    _in_call: Option<shmem_core::DeferGuard>,
     /// A mismatch found in this PE's previous call (a broadcast it
     /// published, or returned from as its root, without waiting); this call
     /// fails with it, after taking part in its handshake as a PE with
@@ -434,6 +435,12 @@ impl<'a> Call<'a> {
                 Ok(state)
             }
         }
+    }
+
+    /// Leaves `owed` to this PE's next call on the team ([`Owed`](crate::fold::Owed)).
+    pub(crate) fn owe(&mut self, owed: crate::fold::Owed) {
+        self.state.owed = Some(owed);
+        self.state.owed_at = self.rt.activity().deferred_location();
     }
 
     /// Whether this team's handshakes are counted ([`Call::count_arrival`]).
@@ -1038,10 +1045,15 @@ impl Collectives {
     ) -> Result<Call<'a>> {
         self.check_team(team)?;
         let state = team.lock_state();
-        let in_call =
+        let at = std::panic::Location::caller();
+        let number = state.seq + state.published + 1;
+        // Named at once unless the previous call left something owing
+        // (then once that is settled, below).
+        let in_call = state.owed.is_none().then(|| {
             self.rt
                 .activity()
-                .defer(op, team.hang_label(), state.seq + state.published + 1);
+                .defer_at(op, team.hang_label(), number, at)
+        });
         let mut call = Call {
             coll: self,
             rt: &self.rt,
@@ -1053,10 +1065,26 @@ impl Collectives {
             late: None,
         };
         if let Some(owed) = call.state.owed {
+            // The end of this PE's previous call on the team (a broadcast
+            // it rooted, the last call): the hang report names that call,
+            // and where it was made, not the one opening.
+            let end = self.rt.activity().defer_at(
+                "end of broadcast",
+                team.hang_label(),
+                number - 1,
+                call.state.owed_at.unwrap_or(at),
+            );
             // Owed until settled: after a failure (a timeout, a dead PE) the
             // team's next call waits again instead of reusing its words.
             call.late = call.settle(owed)?.map(Box::new);
             call.state.owed = None;
+            call.state.owed_at = None;
+            drop(end);
+            call._in_call = Some(
+                self.rt
+                    .activity()
+                    .defer_at(op, team.hang_label(), number, at),
+            );
         }
         let kept = if keep_newest {
             call.state.push_pending.take_newest()

@@ -141,7 +141,8 @@ pub(crate) enum FoldPlan {
 /// PE and fails on this one only (taking part as invalid arguments would
 /// make a root of that call that did not wait report it in turn, and so
 /// on). A mismatch is not reported when the team sees no further call.
-/// The wait runs under the next call's entry in the hang report.
+/// The hang report names the wait "end of broadcast" with that
+/// broadcast's call number.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Owed {
     /// Two PEs ([`FoldPlan::Pair`]): the other PE's signal of call `seq`.
@@ -334,7 +335,7 @@ impl Call<'_> {
             tag | value as u64,
         )?;
         let got = if early {
-            self.state.owed = Some(Owed::Pair { seq, value });
+            self.owe(Owed::Pair { seq, value });
             value
         } else {
             self.wait_tagged(w, tag)?

@@ -374,7 +374,7 @@ impl Call<'_> {
             let w = self.word(self.coll.layout.linear(me));
             self.set_word(leader, w, tag | value as u64)?;
             if early {
-                self.state.owed = Some(Owed::Release { seq, value });
+                self.owe(Owed::Release { seq, value });
                 value
             } else {
                 self.wait_tagged_on(leader, release, tag)?
@@ -443,7 +443,7 @@ impl Call<'_> {
             if early && state == value {
                 // The node agreed with its root; the other nodes' states
                 // matter to the root only (see [`Owed`]).
-                self.state.owed = Some(Owed::Leaders { seq, value });
+                self.owe(Owed::Leaders { seq, value });
             } else if let Some(agreed) = before {
                 state = agreed;
             } else {

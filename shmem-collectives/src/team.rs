@@ -51,6 +51,8 @@ pub(crate) struct TeamState {
     /// from as its root (see [`crate::fold::Owed`]), waited for when its
     /// next call on the team opens.
     pub(crate) owed: Option<crate::fold::Owed>,
+    /// Where the user made the call that left `owed` (for the hang report).
+    pub(crate) owed_at: Option<&'static std::panic::Location<'static>>,
     /// On a team across nodes: whether this PE's last call on the team
     /// left its node's members reading its fold buffer (it led its node
     /// through a folded call it was not the root of). A broadcast's root
@@ -129,6 +131,7 @@ impl Team {
                     consumed: vec![0; n],
                     push_pending: crate::push::Pending::default(),
                     owed: None,
+                    owed_at: None,
                     locals_read_fold: false,
                 }),
                 destroyed: AtomicBool::new(false),

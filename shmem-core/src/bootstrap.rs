@@ -240,7 +240,18 @@ impl Activity {
     #[inline]
     #[track_caller]
     pub fn defer(&self, call: &'static str, team: &'static str, seq: u64) -> DeferGuard {
-        let location = std::panic::Location::caller();
+        self.defer_at(call, team, seq, std::panic::Location::caller())
+    }
+
+    /// [`Activity::defer`] with the source location to report.
+    #[inline]
+    pub fn defer_at(
+        &self,
+        call: &'static str,
+        team: &'static str,
+        seq: u64,
+        location: &'static std::panic::Location<'static>,
+    ) -> DeferGuard {
         let set = DEFERRED.with(|d| {
             if d.get().is_some() {
                 return false;
@@ -258,6 +269,15 @@ impl Activity {
             set,
             _thread: std::marker::PhantomData,
         }
+    }
+
+    /// Where the user made the call this thread deferred on this activity
+    /// ([`Activity::defer`]), if any.
+    pub fn deferred_location(&self) -> Option<&'static std::panic::Location<'static>> {
+        DEFERRED
+            .with(|d| d.get())
+            .filter(|d| std::ptr::eq(d.activity, self))
+            .map(|d| d.location)
     }
 
     /// Records, for a wait that starts sleeping, the call this thread

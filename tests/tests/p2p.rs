@@ -164,13 +164,24 @@ fn freed_handles_and_views_are_refused() {
 /// Runs `hang_mismatch` on `n` PEs with `env`; the job's report and the
 /// PEs' stderr.
 fn hang_job(n: usize, env: &[(&str, &str)], name: &str) -> (shmem_tests::JobReport, String) {
+    hang_job_of("hang_mismatch", n, env, name)
+}
+
+/// Runs `scenario` on `n` PEs with `env`; the job's report and the PEs'
+/// stderr.
+fn hang_job_of(
+    scenario: &str,
+    n: usize,
+    env: &[(&str, &str)],
+    name: &str,
+) -> (shmem_tests::JobReport, String) {
     let log =
         std::env::temp_dir().join(format!("shmem-hang-{name}-{n}-{}.txt", std::process::id()));
     let _ = std::fs::remove_file(&log);
     let mut env: Vec<(&str, &str)> = env.to_vec();
     let path = log.to_string_lossy().into_owned();
     env.push(("HANG_LOG", &path));
-    let r = run_job(PE, n, &["hang_mismatch"], &env);
+    let r = run_job(PE, n, &[scenario], &env);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let _ = std::fs::remove_file(&log);
     (r, text)
@@ -208,6 +219,29 @@ fn a_collective_mismatch_is_reported_as_a_hang_table_and_can_end_the_job() {
         );
         assert_eq!(r.exit_code(), 1, "{r:?}");
     }
+}
+
+#[test]
+fn a_broadcast_root_waiting_for_its_members_is_reported_in_that_broadcast() {
+    // Over the ROCE engine the two PEs do not map each other: the root of
+    // a small broadcast returns at once, and its next call waits for what
+    // it skipped.
+    let (r, text) = hang_job_of(
+        "hang_early_root",
+        2,
+        &[
+            ("SHMEM_TEST_ENGINE", "ROCE"),
+            ("SHMEM_HANG_REPORT", "1"),
+            ("SHMEM_HANG_ABORT", "1"),
+        ],
+        "early-root",
+    );
+    assert!(!r.success() && !r.timed_out, "{r:?}\n{text}");
+    assert_eq!(text.matches("shmem: hang report").count(), 1, "{text}");
+    // Call 1 is the first barrier, call 2 the broadcast.
+    let want = "PE 0 is in end of broadcast #2 (team WORLD)";
+    assert!(text.contains(want), "want {want:?} in:\n{text}");
+    assert!(text.contains("PE 1 is in wait_until"), "{text}");
 }
 
 #[test]

@@ -792,6 +792,31 @@ fn hang_mismatch(pe: &Shmem) -> Result<()> {
     ))
 }
 
+/// PE 0 roots a small broadcast that PE 1 never calls (it waits for a
+/// signal nobody sends); PE 0 returns from the broadcast (its root does
+/// not wait where the PEs do not map each other) and its next call, a
+/// barrier, waits for PE 1's part of the broadcast: the hang report must
+/// name the broadcast's end, not the barrier.
+fn hang_early_root(pe: &Shmem) -> Result<()> {
+    stderr_to_log()?;
+    let coll = pe.collectives().clone();
+    let world = coll.world();
+    let src = pe.calloc::<u64>(1)?;
+    let dst = pe.calloc::<u64>(1)?;
+    let never = pe.calloc::<u64>(1)?;
+    coll.barrier_all()?;
+    if pe.my_pe() == 0 {
+        coll.broadcast(&world, &dst, &src, 1, 0)?;
+        coll.barrier_all()?;
+    } else {
+        pe.signal_wait_until(never.at(0)?, Cmp::Eq, 1)?;
+    }
+    Err(Error::invalid(
+        "check",
+        format!("PE {}: the mismatched calls returned", pe.my_pe()),
+    ))
+}
+
 /// Handles to freed objects, and views of them, are refused; so is local
 /// access after finalize and an alignment of 0.
 fn stale_handles(pe: &Shmem) -> Result<()> {
@@ -1944,6 +1969,7 @@ fn main() {
         "rma_to_dead" => rma_to_dead(&pe),
         "stale_handles" => stale_handles(&pe),
         "hang_mismatch" => hang_mismatch(&pe),
+        "hang_early_root" => hang_early_root(&pe),
         "stop_in_barrier" => stop_in_barrier(&pe),
         "bulk" => bulk(&pe),
         "global_exit" => global_exit(&pe),
