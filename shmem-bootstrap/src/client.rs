@@ -739,7 +739,28 @@ impl Bootstrap for TcpBootstrap {
         self.send(&Request::Abort {
             status,
             message: message.to_string(),
-        })
+        })?;
+        // The store records the end of the job and echoes it to every PE,
+        // this one included, whose reader thread then exits with `status`.
+        // Waiting for that echo (at most 2 s) keeps this process from
+        // exiting before the store has the message: a launcher that reaped
+        // it first took its exit for a crash and stopped the other PEs with
+        // SIGTERM instead of letting them exit with `status`.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut st = self.shared.lock();
+        while st.failure.is_none() {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        Ok(())
     }
     fn finalize(&self) -> Result<()> {
         if self.finalized.swap(true, Ordering::SeqCst) {
