@@ -321,12 +321,11 @@ impl TcpBootstrap {
                 return Err(e);
             }
             // Wake now and then to see whether this wait needs a hang report.
-            st = self
-                .shared
-                .changed
-                .wait_timeout(st, (deadline - now).min(Duration::from_millis(200)))
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
+            st = crate::wait_changed(
+                &self.shared.changed,
+                st,
+                (deadline - now).min(Duration::from_millis(200)),
+            );
             drop(st);
             self.shared.hang_check();
             st = self.shared.lock();
@@ -753,12 +752,7 @@ impl Bootstrap for TcpBootstrap {
             if now >= deadline {
                 break;
             }
-            st = self
-                .shared
-                .changed
-                .wait_timeout(st, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
+            st = crate::wait_changed(&self.shared.changed, st, deadline - now);
         }
         Ok(())
     }

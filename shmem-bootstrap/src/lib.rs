@@ -45,13 +45,27 @@ pub mod protocol;
 pub mod store;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use shmem_core::{shmem_log, Config, Error, PeId, Result};
 
 pub use client::{check_rank, JoinParams, TcpBootstrap};
 pub use ids::{parse_url, UniqueId};
 pub use store::{StoreLimits, StoreServer};
+
+/// Waits on `changed` with `guard` for at most `timeout` (a poisoned lock
+/// is taken as it is); returns the guard, whatever woke the wait.
+pub(crate) fn wait_changed<'a, T>(
+    changed: &Condvar,
+    guard: MutexGuard<'a, T>,
+    timeout: Duration,
+) -> MutexGuard<'a, T> {
+    changed
+        .wait_timeout(guard, timeout)
+        .map(|(g, _)| g)
+        .unwrap_or_else(|p| p.into_inner().0)
+}
 
 /// Environment variables a launcher sets for each PE.
 pub mod env {

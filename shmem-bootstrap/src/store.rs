@@ -223,12 +223,7 @@ impl StoreServer {
             if connected.is_empty() || now >= deadline {
                 return connected;
             }
-            st = self
-                .shared
-                .changed
-                .wait_timeout(st, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
+            st = crate::wait_changed(&self.shared.changed, st, deadline - now);
         }
     }
 
@@ -250,12 +245,7 @@ impl StoreServer {
             if now >= deadline {
                 return false;
             }
-            st = self
-                .shared
-                .changed
-                .wait_timeout(st, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
+            st = crate::wait_changed(&self.shared.changed, st, deadline - now);
         }
     }
 }
