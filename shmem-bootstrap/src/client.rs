@@ -745,15 +745,11 @@ impl Bootstrap for TcpBootstrap {
         // exiting before the store has the message: a launcher that reaped
         // it first took its exit for a crash and stopped the other PEs with
         // SIGTERM instead of letting them exit with `status`.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let mut st = self.shared.lock();
-        while st.failure.is_none() {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            st = crate::wait_changed(&self.shared.changed, st, deadline - now);
-        }
+        let _echoed = self.shared.changed.wait_timeout_while(
+            self.shared.lock(),
+            Duration::from_secs(2),
+            |st| st.failure.is_none(),
+        );
         Ok(())
     }
     fn finalize(&self) -> Result<()> {

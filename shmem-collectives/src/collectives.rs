@@ -43,6 +43,13 @@ pub(crate) const MISMATCH: u32 = 0xFFFF_FFFF;
 pub(crate) fn tag_of(seq: u64) -> u64 {
     (seq & 0xFFFF_FFFF) << 32
 }
+
+/// `state` folded with signal word `v` if `v` carries `tag` (its
+/// fingerprint differing from `state`: [`MISMATCH`]); `None` if it does not
+/// carry `tag` yet.
+pub(crate) fn fold_word(v: u64, tag: u64, state: u32) -> Option<u32> {
+    (v & !0xFFFF_FFFF == tag).then_some(if v as u32 == state { state } else { MISMATCH })
+}
 /// Words in a cache line; latency-critical words get one each.
 const LINE_WORDS: usize = 8;
 /// First heap offset open to users (any mapped PE has it).
@@ -531,13 +538,13 @@ impl<'a> Call<'a> {
         self.rt.wait_on(first.offset(), span, || {
             while arrived < count {
                 match self.rt.signal_fetch(self.word(word(arrived))) {
-                    Ok(v) if v & !0xFFFF_FFFF == tag => {
-                        if v as u32 != state {
-                            state = MISMATCH;
+                    Ok(v) => match fold_word(v, tag, state) {
+                        Some(folded) => {
+                            state = folded;
+                            arrived += 1;
                         }
-                        arrived += 1;
-                    }
-                    Ok(_) => return false,
+                        None => return false,
+                    },
                     Err(e) => {
                         failed = Some(e);
                         return true;

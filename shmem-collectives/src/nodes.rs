@@ -60,7 +60,7 @@ shmem_core::config_var!(
 
 use shmem_core::{PeId, Result, SymSlice};
 
-use crate::collectives::{tag_of, Call, BAD_ARGS, MISMATCH};
+use crate::collectives::{fold_word, tag_of, Call, BAD_ARGS, MISMATCH};
 use crate::fold::{Contrib, Finish, FoldBuf, Owed, HALF};
 
 /// A team's members grouped by node, as seen from this PE.
@@ -196,11 +196,9 @@ impl Call<'_> {
             let v = self
                 .rt
                 .signal_fetch(self.word(self.coll.layout.push_receipt(parity, j)))?;
-            if v & !0xFFFF_FFFF != tag {
-                return Ok(None);
-            }
-            if v as u32 != state {
-                state = MISMATCH;
+            match fold_word(v, tag, state) {
+                Some(folded) => state = folded,
+                None => return Ok(None),
             }
         }
         Ok(Some(state))
