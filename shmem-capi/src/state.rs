@@ -172,6 +172,12 @@ pub(crate) fn install(shmem: Shmem) -> Result<()> {
     let rt = shmem.runtime().clone();
     let coll = shmem.collectives().clone();
     let statics = StaticData::exchange(&rt)?;
+    // PEs on other nodes then read and write our static data with the
+    // engine's own RMA (libfabric's) instead of through our AMO service.
+    // Collective: every PE calls it, with nothing when its static data is
+    // not symmetric.
+    // SAFETY: the static segments stay mapped for the process's life.
+    unsafe { rt.expose_memory(&statics.exposable()) }?;
     let amo = AmoService::start(&rt, &statics)?;
     let stage_len = STAGE_BYTES.min(rt.heap_size() / 8) / 64 * 64;
     let stage_off = rt.malloc_bytes(stage_len, 64)?;

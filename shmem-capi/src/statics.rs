@@ -18,10 +18,13 @@
 //!   engine's `process_vm_writev`/`readv` (same user, same node); either
 //!   way the target's waits on static data are woken at once.
 //! * A peer on another node (no mapping, no `process_vm_*`) is reached
-//!   through its [`AmoService`] too: a put is staged in the requester's own
-//!   heap and the service gets it from there into its static data; a get
-//!   is put by the service into the requester's staging area (at most
-//!   [`STAGE_BYTES`] per round trip).
+//!   with the engine's own RMA where that engine registers memory (the
+//!   libfabric provider): every PE exposes its static data at init
+//!   ([`StaticData::exposable`], `Runtime::expose_memory`). Otherwise
+//!   (the software provider) through its [`AmoService`]: a put is staged
+//!   in the requester's own heap and the service gets it from there into
+//!   its static data; a get is put by the service into the requester's
+//!   staging area (at most [`STAGE_BYTES`] per round trip).
 //! * Atomics without a mapping need the owner's CPU: each PE runs an
 //!   [`AmoService`] thread.
 //!   A requester writes its operation into its own slot of the target's
@@ -108,6 +111,28 @@ fn pages(s: &Segment, page: usize) -> (usize, usize) {
     let lo = s.start & !(page - 1);
     let hi = (s.start + s.len).div_ceil(page) * page;
     (lo, hi)
+}
+
+/// `segments` as (start, length) ranges without the pages that `relro`
+/// touches.
+fn without_relro(segments: &[Segment], relro: Option<Segment>, page: usize) -> Vec<(usize, usize)> {
+    let relro = relro.map(|r| pages(&r, page));
+    let mut out = Vec::new();
+    for s in segments {
+        let (lo, hi) = (s.start, s.start + s.len);
+        match relro {
+            Some((rlo, rhi)) if rlo < hi && rhi > lo => {
+                if lo < rlo {
+                    out.push((lo, rlo - lo));
+                }
+                if rhi < hi {
+                    out.push((rhi, hi - rhi));
+                }
+            }
+            _ => out.push((lo, s.len)),
+        }
+    }
+    out
 }
 
 /// This process's static segments, each moved onto its own memfd.
@@ -417,6 +442,17 @@ impl StaticData {
             let end = addr.checked_add(len)?;
             (addr >= s.start && end <= s.start + s.len).then(|| (i, addr - s.start))
         })
+    }
+
+    /// This PE's static data as (start, length) ranges that the other PEs
+    /// may write: the segments without their RELRO part (read-only after
+    /// relocation, which a NIC's registration for remote writes refuses);
+    /// none when static data is not symmetric.
+    pub(crate) fn exposable(&self) -> Vec<(usize, usize)> {
+        if self.unusable.is_some() {
+            return Vec::new();
+        }
+        without_relro(&self.mine, program_layout().1, page_size())
     }
 
     /// Bytes from `addr` to the end of its static segment, if it is in one.
@@ -789,6 +825,31 @@ fn serve(rt: &Runtime, mailbox: usize, reply: usize, segments: &[Segment], stop:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exposed_static_data_leaves_out_the_relro_pages() {
+        let seg = |start, len| Segment { start, len };
+        // RELRO at the start of the data segment, ending inside a page.
+        let segs = [seg(0x10_e00, 0x3200), seg(0x20_000, 0x800)];
+        assert_eq!(
+            without_relro(&segs, Some(seg(0x10_e00, 0x1100)), 0x1000),
+            vec![(0x12_000, 0x2000), (0x20_000, 0x800)]
+        );
+        // RELRO in the middle of a segment, and none at all.
+        assert_eq!(
+            without_relro(&[seg(0x1000, 0x5000)], Some(seg(0x3000, 0x10)), 0x1000),
+            vec![(0x1000, 0x2000), (0x4000, 0x2000)]
+        );
+        assert_eq!(
+            without_relro(&segs, None, 0x1000),
+            vec![(0x10_e00, 0x3200), (0x20_000, 0x800)]
+        );
+        // A segment wholly inside the RELRO pages is left out.
+        assert_eq!(
+            without_relro(&[seg(0x5000, 0x100)], Some(seg(0x4f00, 0x1000)), 0x1000),
+            vec![]
+        );
+    }
 
     #[test]
     fn the_service_touches_only_ranges_inside_its_static_segments() {

@@ -253,6 +253,33 @@ pub trait Transport: Send + Sync + fmt::Debug {
         unsafe { self.get(pe, src, dst, len)? };
         Ok(Completion::done())
     }
+    /// Makes `regions` (start, length) of this process's memory outside the
+    /// symmetric heap reachable by the other PEs' [`Transport::put_to_address`]
+    /// and [`Transport::get_from_address`] through this engine (a libfabric
+    /// engine registers them as memory regions); returns what the peers need
+    /// to reach them, handed to their [`Transport::learn_exposed_memory`].
+    /// Called from [`crate::Runtime::expose_memory`] on every PE. An engine
+    /// that needs nothing returns an empty card (the default).
+    ///
+    /// # Safety
+    /// `regions` must stay mapped and writable for the engine's life.
+    ///
+    /// # Errors
+    /// The engine's failure (the runtime logs it and exposes nothing
+    /// through this engine).
+    unsafe fn expose_memory(&self, regions: &[(usize, usize)]) -> Result<Vec<u8>> {
+        let _ = regions;
+        Ok(Vec::new())
+    }
+    /// Learns every PE's card from [`Transport::expose_memory`] (index: PE;
+    /// empty: that PE exposed nothing through this engine).
+    ///
+    /// # Errors
+    /// A card this engine cannot read.
+    fn learn_exposed_memory(&self, cards: &[&[u8]]) -> Result<()> {
+        let _ = cards;
+        Ok(())
+    }
     /// Copies into `pe`'s process memory at virtual address `addr`, outside
     /// the symmetric heap (a peer's static data). Needs [`Capabilities::EXTERNAL_MEMORY`].
     ///

@@ -1,8 +1,10 @@
 /* RMA: put/get/p/g/iput/iget/nbi for types, sizes and mem, on the heap
    and on global/static data, with contexts and C11 generic names. */
+#define _POSIX_C_SOURCE 200809L
 #include <shmem.h>
 #include <string.h>
 #include <stdint.h>
+#include <time.h>
 #include "check.h"
 
 #define N 64
@@ -15,6 +17,7 @@ static short s_stride[2 * N];
 #define BIG (600 * 1024 + 3)
 static unsigned char s_big[BIG];
 static unsigned char big_src[BIG], big_got[BIG];
+static long s_flag;
 
 int main(void) {
     shmem_init();
@@ -124,6 +127,15 @@ int main(void) {
     for (int i = 0; i < BIG; i++) CHECK(s_big[i] == (unsigned char)(i * 7 + left));
     shmem_getmem(big_got, s_big, BIG, right);
     for (int i = 0; i < BIG; i++) CHECK(big_got[i] == (unsigned char)(i * 7 + me));
+    shmem_barrier_all();
+
+    /* a PE asleep in a wait on static data is woken by its left PE's put
+       (from another host in the multi-host test) */
+    struct timespec pause = {0, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    shmem_long_p(&s_flag, 100 + me, right);
+    shmem_long_wait_until(&s_flag, SHMEM_CMP_EQ, 100 + left);
+    CHECK(shmem_long_g(&s_flag, right) == 100 + me);
     shmem_barrier_all();
     shmem_free(hl);
     shmem_free(h_str);

@@ -276,6 +276,59 @@ impl Runtime {
         unsafe { t.get_from_address(pe, addr, dst.as_mut_ptr(), dst.len()) }
     }
 
+    /// Makes `regions` (start, length) of this process's memory outside the
+    /// symmetric heap (its static data, say) reachable by the other PEs'
+    /// [`Runtime::put_to_address`] and [`Runtime::get_from_address`] through
+    /// engines that need it to be registered (libfabric's). Collective:
+    /// every PE calls it, with its own regions (none is fine). An engine
+    /// that fails to expose them is logged and left out: peers then reach
+    /// that memory through another engine, or get [`Error::Unsupported`].
+    ///
+    /// # Safety
+    /// `regions` must stay mapped and writable until finalize: the peers
+    /// write into them without this process taking part.
+    ///
+    /// # Errors
+    /// [`Error::NotInitialized`] after finalize; the bootstrap's failure; a
+    /// peer's card that an engine cannot read.
+    pub unsafe fn expose_memory(&self, regions: &[(usize, usize)]) -> Result<()> {
+        self.live()?;
+        let mut cards: Vec<(String, Vec<u8>)> = Vec::with_capacity(self.transports.len());
+        for t in &self.transports {
+            // SAFETY: the caller keeps the regions mapped, as required.
+            match unsafe { t.expose_memory(regions) } {
+                Ok(card) if !card.is_empty() => cards.push((t.name().to_string(), card)),
+                Ok(_) => {}
+                Err(e) => crate::shmem_log!(
+                    Warn,
+                    "engine {} cannot expose memory outside the symmetric heap ({e}); \
+                     other PEs reach it another way, if any",
+                    t.name()
+                ),
+            }
+        }
+        // Engines are matched by name: the PEs of a job may use different sets.
+        let all = self.bootstrap.allgather(&crate::wire::encode(&cards))?;
+        let all: Vec<Vec<(String, Vec<u8>)>> = all
+            .iter()
+            .map(|m| crate::wire::decode("exposed memory", m))
+            .collect::<Result<_>>()?;
+        for t in &self.transports {
+            let of_t: Vec<&[u8]> = all
+                .iter()
+                .map(|c| {
+                    c.iter()
+                        .find(|(name, _)| name == t.name())
+                        .map_or(&[][..], |(_, card)| card.as_slice())
+                })
+                .collect();
+            if of_t.iter().any(|c| !c.is_empty()) {
+                t.learn_exposed_memory(&of_t)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Copies `src` into `dst` on `pe`. `src.len()` must not exceed `dst.len()`.
     ///
     /// # Errors

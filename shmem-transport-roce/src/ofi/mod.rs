@@ -8,6 +8,12 @@
 //! whole symmetric heap registered as one memory region, the endpoint
 //! addresses and keys of all PEs exchanged in one bootstrap allgather
 //! (postcard-encoded [`PeerCard`]), an address vector of all peers.
+//! Memory outside the heap that a PE exposes ([`Transport::expose_memory`]:
+//! the C ABI's static data) is registered as regions of its own, whose
+//! addresses and keys the runtime's allgather hands to the peers; their
+//! `put_to_address`/`get_from_address` are then `fi_write`/`fi_read` with
+//! those keys, and a write rings the target's waiters that watch everything
+//! (remote CQ data of the empty range, or a wake message after delivery).
 //!
 //! Data path: put = `fi_write`, get = `fi_read`, atomics =
 //! `fi_fetch_atomic`/`fi_compare_atomic` (a compare-and-swap loop stands in
@@ -156,7 +162,7 @@ use std::ffi::{c_int, c_void, CStr, CString};
 use std::net::IpAddr;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -880,6 +886,27 @@ struct Track {
     collective: bool,
 }
 
+/// A region of a PE's memory outside its heap, registered by that PE for
+/// the others' reads and writes ([`Transport::expose_memory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExposedRegion {
+    /// Virtual address of its first byte on its PE.
+    pub start: u64,
+    /// Bytes.
+    pub len: u64,
+    /// Remote key of its registration.
+    pub key: u64,
+}
+
+/// Where a transfer's remote bytes are: a heap offset, or memory outside
+/// the heap that the peer exposed (an address in the provider's addressing
+/// of that region, and the region's key).
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    Heap(usize),
+    Exposed { remote: u64, key: u64 },
+}
+
 struct Peer {
     addr: fi_addr_t,
     base: u64,
@@ -1001,6 +1028,12 @@ struct Inner {
     mr_endpoint: bool,
     /// Next requested key of a local registration.
     next_key: AtomicU64,
+    /// Registrations of this process's memory outside the heap that the
+    /// peers may read and write ([`Transport::expose_memory`]).
+    exposed_mrs: Mutex<Vec<*mut fid_mr>>,
+    /// Per PE: the regions outside its heap it exposed (an
+    /// [`ExposedRegion`] list, empty for none).
+    exposed: RwLock<Vec<Vec<ExposedRegion>>>,
     base: *mut u8,
     heap_size: usize,
     link: Duration,
@@ -2003,6 +2036,58 @@ fn reg_local(
     addr: *const u8,
     len: usize,
 ) -> std::result::Result<(*mut fid_mr, *mut c_void), String> {
+    let access = FI_SEND | FI_RECV | FI_READ | FI_WRITE;
+    // SAFETY: as for this function.
+    let mr = unsafe { register(api, raw, bind_ep, key, addr, len, access, "local buffer") }?;
+    // SAFETY: an open region; fi_mr_desc reads this field.
+    Ok((mr, unsafe { (*mr).mem_desc }))
+}
+
+/// Registers `len` bytes at `addr` of this process's memory outside the
+/// heap for the peers' reads and writes ([`Transport::expose_memory`]).
+///
+/// # Safety
+/// `addr..addr+len` stays mapped until the region is closed.
+unsafe fn reg_remote(
+    api: &Api,
+    raw: &Raw,
+    bind_ep: bool,
+    key: u64,
+    addr: *const u8,
+    len: usize,
+) -> std::result::Result<*mut fid_mr, String> {
+    let access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    // SAFETY: as for this function.
+    unsafe {
+        register(
+            api,
+            raw,
+            bind_ep,
+            key,
+            addr,
+            len,
+            access,
+            "region outside the heap",
+        )
+    }
+}
+
+/// `fi_mr_reg` of `len` bytes at `addr` with `access` (and its binding to
+/// the endpoint where the provider wants that); `what` names it in errors.
+///
+/// # Safety
+/// `addr..addr+len` stays mapped until the region is closed.
+#[allow(clippy::too_many_arguments)]
+unsafe fn register(
+    api: &Api,
+    raw: &Raw,
+    bind_ep: bool,
+    key: u64,
+    addr: *const u8,
+    len: usize,
+    access: u64,
+    what: &str,
+) -> std::result::Result<*mut fid_mr, String> {
     let mut mr: *mut fid_mr = ptr::null_mut();
     // SAFETY: open domain; `addr..addr+len` is memory the caller keeps
     // alive until it closes the region.
@@ -2011,7 +2096,7 @@ fn reg_local(
             raw.domain.cast(),
             addr.cast(),
             len,
-            FI_SEND | FI_RECV | FI_READ | FI_WRITE,
+            access,
             0,
             key,
             0,
@@ -2021,7 +2106,7 @@ fn reg_local(
     };
     if rc != 0 {
         return Err(format!(
-            "fi_mr_reg of a {len}-byte local buffer failed: {}",
+            "fi_mr_reg of a {len}-byte {what} failed: {}",
             api.error(rc as isize)
         ));
     }
@@ -2039,13 +2124,12 @@ fn reg_local(
         if rc != 0 {
             close(f);
             return Err(format!(
-                "binding a local buffer's registration to the endpoint failed: {}",
+                "binding a {what}'s registration to the endpoint failed: {}",
                 api.error(rc as isize)
             ));
         }
     }
-    // SAFETY: an open region; fi_mr_desc reads this field.
-    Ok((mr, unsafe { (*mr).mem_desc }))
+    Ok(mr)
 }
 
 struct Opened {
@@ -2611,6 +2695,8 @@ impl Ofi {
             heap_desc,
             mr_endpoint,
             next_key: AtomicU64::new(next_key),
+            exposed_mrs: Mutex::new(Vec::new()),
+            exposed: RwLock::new(Vec::new()),
             base,
             heap_size,
             link: init.config.link_timeout.max(Duration::from_millis(100)),
@@ -2857,6 +2943,69 @@ impl Ofi {
             .then_some([(dst as u64, len as u64), (0, 0)]))
     }
 
+    /// A blocking put of `len` bytes at `src` to `place` on `pe`; `wake`:
+    /// the target's waiters to ring.
+    ///
+    /// # Safety
+    /// `src` valid for reads of `len` bytes; `place` inside `pe`'s heap or
+    /// a region it exposed.
+    unsafe fn put_at(
+        &self,
+        pe: PeId,
+        place: Place,
+        src: *const u8,
+        len: usize,
+        wake: Spans,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        if self.direct_put > 0 && len >= self.direct_put {
+            // Large: the bounce copy would cost this core as much as the
+            // provider's own copy into the socket (a second pass over the
+            // data), more than waiting for the delivery does.
+            let done = self.post_rma(pe, true, place, src as *mut u8, len, false, Some(wake))?;
+            return self.inner.wait(&done);
+        }
+        self.post_rma(pe, true, place, src as *mut u8, len, true, Some(wake))
+            .map(|_| ())
+    }
+
+    /// A blocking get of `len` bytes at `place` on `pe` into `dst`.
+    ///
+    /// # Safety
+    /// `dst` valid for writes of `len` bytes; `place` as for [`Ofi::put_at`].
+    unsafe fn get_at(&self, pe: PeId, place: Place, dst: *mut u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let done = self.post_rma(pe, false, place, dst, len, false, None)?;
+        self.inner.wait(&done)
+    }
+
+    /// Where `len` bytes at `addr` of `pe`'s memory outside its heap are,
+    /// if `pe` exposed them ([`Transport::expose_memory`]).
+    fn exposed_place(&self, pe: PeId, addr: usize, len: usize) -> Result<Place> {
+        let i = &*self.inner;
+        let ex = i.exposed.read().unwrap_or_else(|e| e.into_inner());
+        let (addr, end) = (addr as u64, (addr as u64).saturating_add(len as u64));
+        ex.get(pe)
+            .and_then(|rs| {
+                rs.iter()
+                    .find(|r| addr >= r.start && end <= r.start + r.len)
+            })
+            .map(|r| Place::Exposed {
+                remote: if i.virt_addr { addr } else { addr - r.start },
+                key: r.key,
+            })
+            .ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "PE {pe}'s {len} bytes at {addr:#x} are outside the symmetric heap and \
+                     outside what PE {pe} exposed to libfabric"
+                ))
+            })
+    }
+
     /// Posts `len` bytes as writes (`bounce`: copy the source first so that
     /// it is reusable on return) or reads, in pieces of
     /// [`Inner::max_chunk`]. A write with `wake` wakes its target's waiters
@@ -2868,7 +3017,7 @@ impl Ofi {
         &self,
         pe: PeId,
         write: bool,
-        off: usize,
+        place: Place,
         ptr: *mut u8,
         len: usize,
         bounce: bool,
@@ -2899,8 +3048,12 @@ impl Ofi {
             // (the target rings the range as it lands, every chunk its
             // own) where the target reads remote CQ data, else a wake
             // message once the last chunk has completed.
-            let data = (write && wake.is_some() && p.remote_data)
-                .then(|| remote_data((off + o) as u64, n as u64));
+            // Memory outside the heap: the empty range, which rings only
+            // the waiters that watch everything (as those on it do).
+            let data = (write && wake.is_some() && p.remote_data).then(|| match place {
+                Place::Heap(off) => remote_data((off + o) as u64, n as u64),
+                Place::Exposed { .. } => remote_data(0, 0),
+            });
             let mut ctx = i.track(Track {
                 pe,
                 done: done.clone(),
@@ -2925,7 +3078,10 @@ impl Ofi {
                 ctx.bounce_desc = b.desc;
                 src = ctx.bounce.as_mut_ptr();
             }
-            let remote = i.remote(p, off + o);
+            let (remote, key) = match place {
+                Place::Heap(off) => (i.remote(p, off + o), p.key),
+                Place::Exposed { remote, key } => (remote + o as u64, key),
+            };
             let ep = i.raw.ep;
             let desc = if ctx.bounce_desc.is_null() {
                 i.local_desc(&mut ctx, src, n)
@@ -2954,7 +3110,7 @@ impl Ofi {
                             let rma = fi_rma_iov {
                                 addr: remote,
                                 len: n,
-                                key: p.key,
+                                key,
                             };
                             let mut desc: *mut c_void = local;
                             let msg = fi_msg_rma {
@@ -2976,7 +3132,7 @@ impl Ofi {
                                 local,
                                 p.addr,
                                 remote,
-                                p.key,
+                                key,
                                 raw_ctx.cast(),
                             )
                         }
@@ -3276,7 +3432,7 @@ impl Ofi {
                 let data = self.post_rma(
                     pe,
                     true,
-                    dst,
+                    Place::Heap(dst),
                     src as *mut u8,
                     len,
                     false,
@@ -3308,7 +3464,15 @@ impl Ofi {
             } else {
                 self.piece_wake(pe, dst, len)?
             };
-            let done = self.post_rma(pe, true, dst, src as *mut u8, len, !nbi && ordered, wake)?;
+            let done = self.post_rma(
+                pe,
+                true,
+                Place::Heap(dst),
+                src as *mut u8,
+                len,
+                !nbi && ordered,
+                wake,
+            )?;
             if !ordered {
                 // The signal may only be posted once the data is in place.
                 self.inner.wait(&done)?;
@@ -3599,6 +3763,15 @@ impl Drop for Ofi {
         // The progress thread is gone; `inner` is ours alone unless a
         // completion callback still holds it (it does not: they run inline).
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            // Registrations of memory outside the heap go before the domain.
+            for m in inner
+                .exposed_mrs
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .drain(..)
+            {
+                close(m.cast());
+            }
             // Registrations of pooled bounce buffers go before the domain.
             for b in inner
                 .bounce_pool
@@ -3624,7 +3797,13 @@ impl Transport for Ofi {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::RMA | Capabilities::AMO | Capabilities::SIGNAL | Capabilities::ASYNC
+        // Memory outside the heap: where its PE exposed it (otherwise
+        // `put_to_address` says so, and the caller finds another way).
+        Capabilities::RMA
+            | Capabilities::AMO
+            | Capabilities::SIGNAL
+            | Capabilities::ASYNC
+            | Capabilities::EXTERNAL_MEMORY
     }
 
     fn can_reach(&self, pe: PeId) -> bool {
@@ -3655,27 +3834,96 @@ impl Transport for Ofi {
     }
 
     unsafe fn put(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
-        if len == 0 {
-            return Ok(());
-        }
-        let wake = Some([(dst as u64, len as u64), (0, 0)]);
-        if self.direct_put > 0 && len >= self.direct_put {
-            // Large: the bounce copy would cost this core as much as the
-            // provider's own copy into the socket (a second pass over the
-            // data), more than waiting for the delivery does.
-            let done = self.post_rma(pe, true, dst, src as *mut u8, len, false, wake)?;
-            return self.inner.wait(&done);
-        }
-        self.post_rma(pe, true, dst, src as *mut u8, len, true, wake)
-            .map(|_| ())
+        let wake = [(dst as u64, len as u64), (0, 0)];
+        // SAFETY: as for this function.
+        unsafe { self.put_at(pe, Place::Heap(dst), src, len, wake) }
     }
 
     unsafe fn get(&self, pe: PeId, src: usize, dst: *mut u8, len: usize) -> Result<()> {
-        if len == 0 {
-            return Ok(());
+        // SAFETY: as for this function.
+        unsafe { self.get_at(pe, Place::Heap(src), dst, len) }
+    }
+
+    unsafe fn put_to_address(
+        &self,
+        pe: PeId,
+        addr: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        let place = self.exposed_place(pe, addr, len)?;
+        // Waiters on memory outside the heap watch everything: the empty
+        // range rings them (and only them).
+        // SAFETY: as for this function.
+        unsafe { self.put_at(pe, place, src, len, [(0, 0), (0, 0)]) }
+    }
+
+    unsafe fn get_from_address(
+        &self,
+        pe: PeId,
+        addr: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<()> {
+        let place = self.exposed_place(pe, addr, len)?;
+        // SAFETY: as for this function.
+        unsafe { self.get_at(pe, place, dst, len) }
+    }
+
+    unsafe fn expose_memory(&self, regions: &[(usize, usize)]) -> Result<Vec<u8>> {
+        let i = &*self.inner;
+        let mut card = Vec::with_capacity(regions.len());
+        for &(start, len) in regions.iter().filter(|r| r.1 > 0) {
+            let key = i.next_key.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the caller keeps the region mapped for the engine's
+            // life; the registration is closed before the domain (drop).
+            let mr =
+                unsafe { reg_remote(i.api, &i.raw, i.mr_endpoint, key, start as *const u8, len) }
+                    .map_err(err)?;
+            i.exposed_mrs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(mr);
+            card.push(ExposedRegion {
+                start: start as u64,
+                len: len as u64,
+                // SAFETY: an open region; fi_mr_key reads this field.
+                key: unsafe { (*mr).key },
+            });
         }
-        let done = self.post_rma(pe, false, src, dst, len, false, None)?;
-        self.inner.wait(&done)
+        if card.is_empty() {
+            return Ok(Vec::new());
+        }
+        shmem_log!(
+            Info,
+            "ROCE/ofi: {} region(s) outside the symmetric heap ({} bytes) registered for the peers' reads and writes",
+            card.len(),
+            card.iter().map(|r| r.len).sum::<u64>()
+        );
+        postcard::to_stdvec(&card).map_err(|e| err(format!("encoding the exposed regions: {e}")))
+    }
+
+    fn learn_exposed_memory(&self, cards: &[&[u8]]) -> Result<()> {
+        let mut learnt = Vec::with_capacity(cards.len());
+        for (pe, c) in cards.iter().enumerate() {
+            learnt.push(if c.is_empty() {
+                Vec::new()
+            } else {
+                postcard::from_bytes::<Vec<ExposedRegion>>(c)
+                    .map_err(|e| err(format!("PE {pe} sent a bad list of exposed regions: {e}")))?
+            });
+        }
+        let mut ex = self
+            .inner
+            .exposed
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let n = learnt.len().max(ex.len());
+        ex.resize(n, Vec::new());
+        for (mine, theirs) in ex.iter_mut().zip(learnt) {
+            mine.extend(theirs);
+        }
+        Ok(())
     }
 
     unsafe fn put_nbi(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
@@ -3683,7 +3931,7 @@ impl Transport for Ofi {
             return Ok(());
         }
         let wake = Some([(dst as u64, len as u64), (0, 0)]);
-        self.post_rma(pe, true, dst, src as *mut u8, len, false, wake)
+        self.post_rma(pe, true, Place::Heap(dst), src as *mut u8, len, false, wake)
             .map(|_| ())
     }
 
@@ -3691,7 +3939,7 @@ impl Transport for Ofi {
         if len == 0 {
             return Ok(());
         }
-        self.post_rma(pe, false, src, dst, len, false, None)
+        self.post_rma(pe, false, Place::Heap(src), dst, len, false, None)
             .map(|_| ())
     }
 
@@ -3706,7 +3954,7 @@ impl Transport for Ofi {
             return Ok(Completion::done());
         }
         let wake = Some([(dst as u64, len as u64), (0, 0)]);
-        self.post_rma(pe, true, dst, src as *mut u8, len, false, wake)
+        self.post_rma(pe, true, Place::Heap(dst), src as *mut u8, len, false, wake)
     }
 
     unsafe fn get_async(
@@ -3719,7 +3967,7 @@ impl Transport for Ofi {
         if len == 0 {
             return Ok(Completion::done());
         }
-        self.post_rma(pe, false, src, dst, len, false, None)
+        self.post_rma(pe, false, Place::Heap(src), dst, len, false, None)
     }
 
     unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {

@@ -1023,16 +1023,68 @@ fn bulk(pe: &Shmem) -> Result<()> {
             .map_err(|_| Error::invalid("lock", "poisoned"))?;
         g.as_ptr() as usize
     };
-    let addrs = pe.bootstrap().allgather(&(addr as u64).to_le_bytes())?;
-    let raddr = u64::from_le_bytes(addrs[r][..8].try_into().unwrap_or_default()) as usize;
-    let same_node = pe.runtime().topology().same_node(r) && pe.runtime().topology().same_node(l);
+    // Another static that every PE exposes: engines that register memory
+    // (libfabric's) then reach it on other nodes too.
+    static EXPOSED: std::sync::Mutex<[u8; 64]> = std::sync::Mutex::new([0; 64]);
+    let eaddr = {
+        let g = EXPOSED
+            .lock()
+            .map_err(|_| Error::invalid("lock", "poisoned"))?;
+        g.as_ptr() as usize
+    };
+    let mut card = (addr as u64).to_le_bytes().to_vec();
+    card.extend_from_slice(&(eaddr as u64).to_le_bytes());
+    let addrs = pe.bootstrap().allgather(&card)?;
+    let word = |pe: usize, k: usize| {
+        u64::from_le_bytes(addrs[pe][8 * k..8 * k + 8].try_into().unwrap_or_default()) as usize
+    };
+    let (raddr, readdr) = (word(r, 0), word(r, 1));
+    // SAFETY: a static of this program, mapped for the process's life.
+    unsafe { pe.runtime().expose_memory(&[(eaddr, 64)])? };
+    let topo = pe.runtime().topology();
+    let same_node = topo.same_node(r) && topo.same_node(l);
     if !same_node && n > 1 {
         let peek = pe.runtime().get_from_address(r, raddr, &mut [0u8; 4]);
-        if pe.runtime().topology().same_node(r) {
+        if topo.same_node(r) {
             peek?;
         } else {
             expect_err(me, peek, "outside the symmetric heap")?;
         }
+    }
+    // Across nodes: the libfabric provider reaches what its PE exposed (and
+    // only that); the software provider reaches nothing outside the heap.
+    let provider = std::env::var("SHMEM_ROCE_PROVIDER").unwrap_or_default();
+    let ofi = provider == "ofi";
+    if n > 1 && !topo.same_node(r) && (ofi || provider == "sw") {
+        let mine = [0xA0 | me as u8; 64];
+        // SAFETY: the target is the live static EXPOSED of PE r.
+        let put = unsafe { pe.runtime().put_to_address(r, readdr, &mine) };
+        let mut peek = [0u8; 16];
+        if ofi {
+            put?;
+            pe.quiet()?;
+            pe.runtime().get_from_address(r, readdr + 8, &mut peek)?;
+            check!(
+                me,
+                peek == [0xA0 | me as u8; 16],
+                "get_from_address across nodes {peek:?}"
+            );
+            let past = pe.runtime().get_from_address(r, readdr + 60, &mut [0u8; 8]);
+            expect_err(me, past, "outside what PE")?;
+        } else {
+            expect_err(me, put, "outside the symmetric heap")?;
+        }
+    }
+    pe.barrier_all()?;
+    if ofi && n > 1 && !topo.same_node(l) {
+        let got = *EXPOSED
+            .lock()
+            .map_err(|_| Error::invalid("lock", "poisoned"))?;
+        check!(
+            me,
+            got == [0xA0 | l as u8; 64],
+            "put_to_address across nodes {got:?}"
+        );
     }
     if pe.runtime().engines().contains(&"SDMA") && n > 1 && same_node {
         // SAFETY: the target is a live static of the same program on PE r.
