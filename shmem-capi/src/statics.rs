@@ -18,13 +18,13 @@
 //!   engine's `process_vm_writev`/`readv` (same user, same node); either
 //!   way the target's waits on static data are woken at once.
 //! * A peer on another node (no mapping, no `process_vm_*`) is reached
-//!   with the engine's own RMA where that engine registers memory (the
-//!   libfabric provider): every PE exposes its static data at init
-//!   ([`StaticData::exposable`], `Runtime::expose_memory`). Otherwise
-//!   (the software provider) through its [`AmoService`]: a put is staged
-//!   in the requester's own heap and the service gets it from there into
-//!   its static data; a get is put by the service into the requester's
-//!   staging area (at most [`STAGE_BYTES`] per round trip).
+//!   with the RoCE engine's own reads and writes (either provider): every
+//!   PE exposes its static data at init ([`StaticData::exposable`],
+//!   `Runtime::expose_memory`). Where no engine reaches it (a plugin
+//!   engine, or a registration that failed), through its [`AmoService`]:
+//!   a put is staged in the requester's own heap and the service gets it
+//!   from there into its static data; a get is put by the service into the
+//!   requester's staging area (at most [`STAGE_BYTES`] per round trip).
 //! * Atomics without a mapping need the owner's CPU: each PE runs an
 //!   [`AmoService`] thread.
 //!   A requester writes its operation into its own slot of the target's

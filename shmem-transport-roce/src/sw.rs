@@ -8,13 +8,17 @@
 //! registered heap before touching a byte, writes payloads straight into the
 //! heap, and wakes the target's waiters. Responses (ACK, DATA, OLD, NAK) are
 //! consumed by a completion thread per queue pair; `quiet` waits until every
-//! posted request has completed.
+//! posted request has completed. Memory outside the heap that a PE exposed
+//! ([`Transport::expose_memory`]: the C ABI's static data) gets a key per
+//! region; WRITE and READ with such a key name the bytes by their address
+//! on the target, which serves them only inside the region (no atomics or
+//! signals there) and rings its waiters that watch everything.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -156,7 +160,10 @@ impl QueuePair {
         payload: &[u8],
         pending: Pending,
     ) -> Result<()> {
-        req.rkey = self.rkey;
+        // Key 0: the heap's.
+        if req.rkey == 0 {
+            req.rkey = self.rkey;
+        }
         let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         req.seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         {
@@ -351,7 +358,41 @@ fn completion_loop(
 }
 
 /// Serves one initiator's queue pair: applies its work requests in order.
-fn serve_qp(mut s: TcpStream, from: PeId, base: usize, heap_size: usize, rkey: u32) {
+/// A region of memory outside the heap that a PE exposed
+/// ([`Transport::expose_memory`]): its key, start address and length.
+type ExposedRegion = (u32, u64, u64);
+
+/// Why a request on exposed region `(start, len)` is refused, if it is:
+/// only plain reads and writes inside the region reach it.
+fn exposed_refusal(r: &Request, start: u64, len: u64, from: PeId) -> Option<String> {
+    if !(r.op == Opcode::Read || (r.op == Opcode::Write && r.a == 0)) {
+        return Some(format!(
+            "{:?} from PE {from} on memory outside the heap (key {:#x}): only reads and writes reach it",
+            r.op, r.rkey
+        ));
+    }
+    let inside = r.off >= start
+        && r.off
+            .checked_add(r.len)
+            .is_some_and(|e| e <= start.saturating_add(len));
+    (!inside).then(|| {
+        format!(
+            "range [{:#x}, +{}) from PE {from} is outside the region of key {:#x}",
+            r.off, r.len, r.rkey
+        )
+    })
+}
+
+/// Serves one queue pair: requests on the heap at `base` (key `rkey`) and
+/// on the regions this PE exposed (`exposed`, at their own addresses).
+fn serve_qp(
+    mut s: TcpStream,
+    from: PeId,
+    base: usize,
+    heap_size: usize,
+    rkey: u32,
+    exposed: &RwLock<Vec<ExposedRegion>>,
+) {
     let base = base as *mut u8;
     let mut out = s.try_clone().ok();
     loop {
@@ -379,7 +420,19 @@ fn serve_qp(mut s: TcpStream, from: PeId, base: usize, heap_size: usize, rkey: u
             r.len
         };
         let end = r.off.checked_add(width);
-        let bad = if r.rkey != rkey {
+        let region = if r.rkey != rkey {
+            exposed
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .find(|x| x.0 == r.rkey)
+                .copied()
+        } else {
+            None
+        };
+        let bad = if let Some((_, start, len)) = region {
+            exposed_refusal(&r, start, len, from)
+        } else if r.rkey != rkey {
             Some(format!("wrong remote key {:#x} from PE {from}", r.rkey))
         } else if end.is_none_or(|e| e > heap_size as u64) {
             Some(format!("range [{:#x}, +{width}) from PE {from} is outside the registered heap of {heap_size} bytes", r.off))
@@ -409,19 +462,34 @@ fn serve_qp(mut s: TcpStream, from: PeId, base: usize, heap_size: usize, rkey: u
             continue;
         }
         let off = r.off as usize;
+        // Where the bytes are: in the heap, or at their own address in a
+        // region we exposed.
+        let at = if region.is_some() {
+            off as *mut u8
+        } else {
+            // SAFETY: an offset inside our heap (checked above).
+            unsafe { base.add(off) }
+        };
         let sent = match r.op {
             Opcode::Write => {
-                // SAFETY: [off, off+len) lies in our registered heap (checked
-                // above); concurrent access is the program's own race, as with
-                // any put.
-                let dst = unsafe { std::slice::from_raw_parts_mut(base.add(off), r.len as usize) };
+                // SAFETY: [at, at+len) lies in our registered heap or in a
+                // region we exposed (checked above); concurrent access is the
+                // program's own race, as with any put.
+                let dst = unsafe { std::slice::from_raw_parts_mut(at, r.len as usize) };
                 if s.read_exact(dst).is_err() {
                     return;
                 }
                 if r.a == 0 {
+                    // Outside the heap: the empty range, which rings the
+                    // waiters that watch everything (as those on it do).
+                    let (off, len) = if region.is_some() {
+                        (0, 0)
+                    } else {
+                        (off, r.len as usize)
+                    };
                     // SAFETY: `base` is our own heap, which starts with its
                     // control block.
-                    unsafe { NodeHeaps::wake(base, off, r.len as usize) };
+                    unsafe { NodeHeaps::wake(base, off, len) };
                 } else {
                     // Put-with-signal: the signal follows the data it covers.
                     std::sync::atomic::fence(Ordering::Release);
@@ -452,8 +520,8 @@ fn serve_qp(mut s: TcpStream, from: PeId, base: usize, heap_size: usize, rkey: u
                 )
             }
             Opcode::Read => {
-                // SAFETY: in-heap range (checked above).
-                let src = unsafe { std::slice::from_raw_parts(base.add(off), r.len as usize) };
+                // SAFETY: in the heap or in a region we exposed (checked above).
+                let src = unsafe { std::slice::from_raw_parts(at, r.len as usize) };
                 let resp = Response {
                     status: Status::Data,
                     seq: r.seq,
@@ -516,6 +584,12 @@ pub struct SwVerbs {
     counters: Arc<Counters>,
     stopping: Arc<AtomicBool>,
     servers: Mutex<Vec<(JoinHandle<()>, TcpStream)>>,
+    /// The heap's remote key.
+    rkey: u32,
+    /// Regions outside the heap this PE exposed (its servers read them).
+    exposed: Arc<RwLock<Vec<ExposedRegion>>>,
+    /// Per PE: the regions outside its heap it exposed.
+    peer_exposed: RwLock<Vec<Vec<ExposedRegion>>>,
     _heap: Arc<dyn shmem_core::Heap>,
 }
 
@@ -577,6 +651,8 @@ impl SwVerbs {
         let tag2 = tag.clone();
         let reach2 = reach.clone();
         let serve_heap = heap.clone();
+        let exposed: Arc<RwLock<Vec<ExposedRegion>>> = Arc::default();
+        let serve_exposed = exposed.clone();
         let accept = std::thread::Builder::new()
             .name("shmem-roce-accept".into())
             .spawn(move || -> Result<Vec<(JoinHandle<()>, TcpStream)>> {
@@ -617,11 +693,12 @@ impl SwVerbs {
                     // The progress thread keeps the heap mapped for as long
                     // as it may write into it.
                     let keep = serve_heap.clone();
+                    let regions = serve_exposed.clone();
                     let h = std::thread::Builder::new()
                         .name(format!("shmem-roce-serve-{from}"))
                         .spawn(move || {
                             let _heap = keep;
-                            serve_qp(s, from, base, heap_size, rkey)
+                            serve_qp(s, from, base, heap_size, rkey, &regions)
                         })
                         .map_err(|e| Error::os("spawning a progress thread", e))?;
                     servers.push((h, closer));
@@ -698,6 +775,9 @@ impl SwVerbs {
             counters,
             stopping,
             servers: Mutex::new(servers),
+            rkey,
+            exposed,
+            peer_exposed: RwLock::new(Vec::new()),
             _heap: heap,
         })
     }
@@ -713,6 +793,9 @@ impl SwVerbs {
             counters: Arc::new(Counters::default()),
             stopping: Arc::new(AtomicBool::new(false)),
             servers: Mutex::new(Vec::new()),
+            rkey: 0,
+            exposed: Arc::default(),
+            peer_exposed: RwLock::new(Vec::new()),
             _heap: init.heap.clone(),
         }
     }
@@ -732,7 +815,26 @@ impl SwVerbs {
         ptr: *mut u8,
         len: usize,
     ) -> Result<Completion> {
-        self.post_chunks_signal(pe, op, off, ptr, len, None, false)
+        self.post_chunks_signal(pe, op, (0, off), ptr, len, None, false)
+    }
+
+    /// The key and address of `len` bytes at `addr` of `pe`'s memory
+    /// outside its heap, if `pe` exposed them.
+    fn exposed_at(&self, pe: PeId, addr: usize, len: usize) -> Result<(u32, usize)> {
+        let ex = self.peer_exposed.read().unwrap_or_else(|e| e.into_inner());
+        let (a, end) = (addr as u64, (addr as u64).saturating_add(len as u64));
+        ex.get(pe)
+            .and_then(|rs| {
+                rs.iter()
+                    .find(|r| a >= r.1 && end <= r.1.saturating_add(r.2))
+            })
+            .map(|r| (r.0, addr))
+            .ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "PE {pe}'s {len} bytes at {addr:#x} are outside the symmetric heap and \
+                     outside what PE {pe} exposed"
+                ))
+            })
     }
 
     /// Posts a transfer as work requests of at most [`MAX_MESSAGE`] bytes;
@@ -744,7 +846,7 @@ impl SwVerbs {
         &self,
         pe: PeId,
         op: Opcode,
-        off: usize,
+        (key, off): (u32, usize),
         ptr: *mut u8,
         len: usize,
         signal: Option<(usize, SignalOp, u64)>,
@@ -764,7 +866,7 @@ impl SwVerbs {
             };
             let req = Request {
                 op,
-                rkey: 0,
+                rkey: key,
                 seq: 0,
                 off: (off + o) as u64,
                 len: n as u64,
@@ -894,7 +996,13 @@ impl Transport for SwVerbs {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::RMA | Capabilities::AMO | Capabilities::SIGNAL | Capabilities::ASYNC
+        // Memory outside the heap: where its PE exposed it (otherwise
+        // `put_to_address` says so, and the caller finds another way).
+        Capabilities::RMA
+            | Capabilities::AMO
+            | Capabilities::SIGNAL
+            | Capabilities::ASYNC
+            | Capabilities::EXTERNAL_MEMORY
     }
 
     fn can_reach(&self, pe: PeId) -> bool {
@@ -915,6 +1023,77 @@ impl Transport for SwVerbs {
             return Ok(());
         }
         self.post_chunks(pe, Opcode::Read, src, dst, len)?.wait()
+    }
+
+    unsafe fn put_to_address(
+        &self,
+        pe: PeId,
+        addr: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        let at = self.exposed_at(pe, addr, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.post_chunks_signal(pe, Opcode::Write, at, src as *mut u8, len, None, false)
+            .map(|_| ())
+    }
+
+    unsafe fn get_from_address(
+        &self,
+        pe: PeId,
+        addr: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<()> {
+        let at = self.exposed_at(pe, addr, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.post_chunks_signal(pe, Opcode::Read, at, dst, len, None, false)?
+            .wait()
+    }
+
+    unsafe fn expose_memory(&self, regions: &[(usize, usize)]) -> Result<Vec<u8>> {
+        if self.reach.iter().all(|&r| !r) {
+            // Nobody reaches this PE through this engine.
+            return Ok(Vec::new());
+        }
+        let mut mine = self.exposed.write().unwrap_or_else(|e| e.into_inner());
+        let first = mine.len();
+        for &(start, len) in regions.iter().filter(|r| r.1 > 0) {
+            // A key of its own: not 0 (a request's "the heap"), not the
+            // heap's, not another region's.
+            let mut key = self.rkey.wrapping_add(1 + mine.len() as u32);
+            while key == 0 || key == self.rkey || mine.iter().any(|r| r.0 == key) {
+                key = key.wrapping_add(1);
+            }
+            mine.push((key, start as u64, len as u64));
+        }
+        if mine.len() == first {
+            return Ok(Vec::new());
+        }
+        Ok(shmem_core::wire::encode(&mine[first..]))
+    }
+
+    fn learn_exposed_memory(&self, cards: &[&[u8]]) -> Result<()> {
+        let mut learnt = Vec::with_capacity(cards.len());
+        for (pe, c) in cards.iter().enumerate() {
+            learnt.push(if c.is_empty() {
+                Vec::new()
+            } else {
+                shmem_core::wire::decode::<Vec<ExposedRegion>>("exposed regions", c)
+                    .map_err(|e| err(format!("PE {pe} sent a bad list of exposed regions: {e}")))?
+            });
+        }
+        let mut ex = self.peer_exposed.write().unwrap_or_else(|e| e.into_inner());
+        let n = learnt.len().max(ex.len());
+        ex.resize(n, Vec::new());
+        for (mine, theirs) in ex.iter_mut().zip(learnt) {
+            mine.extend(theirs);
+        }
+        Ok(())
     }
 
     unsafe fn put_async(
@@ -1013,7 +1192,7 @@ impl Transport for SwVerbs {
         self.post_chunks_signal(
             pe,
             Opcode::Write,
-            dst,
+            (0, dst),
             src as *mut u8,
             len,
             Some((sig, op, value)),
@@ -1037,7 +1216,7 @@ impl Transport for SwVerbs {
         self.post_chunks_signal(
             pe,
             Opcode::Write,
-            dst,
+            (0, dst),
             src as *mut u8,
             len,
             Some((sig, op, value)),
@@ -1105,7 +1284,8 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let h = std::thread::spawn(move || {
             let (s, _) = l.accept().unwrap();
-            serve_qp(s, 1, base, 65536, rkey);
+            let exposed = RwLock::new(vec![(0x5EED, base as u64 - 4096, 64)]);
+            serve_qp(s, 1, base, 65536, rkey, &exposed);
         });
         let c = TcpStream::connect(addr).unwrap();
         (c, mem, h)
@@ -1203,7 +1383,7 @@ mod tests {
 
     #[test]
     fn bad_keys_and_ranges_are_refused_without_touching_memory() {
-        let (mut c, mem, h) = target(0xABCD);
+        let (mut c, mut mem, h) = target(0xABCD);
         let w = |rkey, off, len| Request {
             op: Opcode::Write,
             rkey,
@@ -1244,6 +1424,45 @@ mod tests {
             c: 0,
         };
         assert_eq!(roundtrip(&mut c, at, &[]).0.status, Status::Nak);
+        // A region outside the heap (the 64 bytes at 4096 below it, key
+        // 0x5EED): reads and writes inside it, nothing else.
+        let below = mem.0.as_ptr() as u64 + 65536 - 4096;
+        let (r, _) = roundtrip(&mut c, w(0x5EED, below + 8, 8), &[9; 8]);
+        assert_eq!(r.status, Status::Ack);
+        let (r, why) = roundtrip(&mut c, w(0x5EED, below + 60, 8), &[9; 8]);
+        assert_eq!(r.status, Status::Nak);
+        assert!(String::from_utf8_lossy(&why).contains("outside the region"));
+        let sig = Request {
+            a: 1,
+            b: 8,
+            c: 1,
+            ..w(0x5EED, below, 8)
+        };
+        let (r, why) = roundtrip(&mut c, sig, &[9; 8]);
+        assert_eq!(r.status, Status::Nak);
+        assert!(String::from_utf8_lossy(&why).contains("only reads and writes"));
+        let at_out = Request {
+            op: Opcode::Atomic,
+            rkey: 0x5EED,
+            seq: 6,
+            off: below,
+            len: 8,
+            a: 4,
+            b: 1,
+            c: 0,
+        };
+        assert_eq!(roundtrip(&mut c, at_out, &[]).0.status, Status::Nak);
+        let rd_out = Request {
+            op: Opcode::Read,
+            rkey: 0x5EED,
+            seq: 7,
+            off: below + 8,
+            len: 8,
+            a: 0,
+            b: 0,
+            c: 0,
+        };
+        assert_eq!(roundtrip(&mut c, rd_out, &[]).1, vec![9; 8]);
         // A good write and read after the refusals still work.
         let (r, _) = roundtrip(&mut c, w(0xABCD, 8192, 4), &[7, 7, 7, 7]);
         assert_eq!(r.status, Status::Ack);
@@ -1272,7 +1491,10 @@ mod tests {
         assert_eq!((r.status, r.value), (Status::Old, 0));
         drop(c);
         h.join().unwrap();
-        // The guard areas around the heap are untouched.
+        // The guard areas around the heap are untouched but for the 8
+        // bytes written into the exposed region.
+        assert_eq!(&mem.0[65536 - 4096 + 8..65536 - 4096 + 16], &[9; 8]);
+        mem.0[65536 - 4096 + 8..65536 - 4096 + 16].fill(0xEE);
         assert!(mem.0[..65536].iter().all(|&b| b == 0xEE));
         assert!(mem.0[2 * 65536..].iter().all(|&b| b == 0xEE));
         assert_eq!(&mem.0[65536 + 8192..65536 + 8196], &[7, 7, 7, 7]);

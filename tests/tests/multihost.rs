@@ -404,8 +404,9 @@ fn rma_to_a_killed_remote_pe_fails_naming_it() {
 /// every provider, two PEs per host (HCCS within a host, ROCE between
 /// them): put/get at 1 B..1 MiB, atomics from every PE and put-with-signal
 /// on the symmetric heap (`plugin.c`); RMA on global and static data, which
-/// a peer on another host reaches through the owner's service thread
-/// (`rma.c`); the deprecated collectives on active sets with `pSync` in
+/// a peer on another host reaches with the RoCE engine's reads and writes
+/// (the owner exposed it at init), and a wait on static data that a put
+/// from another host ends (`rma.c`); the deprecated collectives on active sets with `pSync` in
 /// static data (`active_sets.c`).
 #[test]
 fn a_c_program_runs_across_hosts_under_every_provider() {
