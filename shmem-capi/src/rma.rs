@@ -230,13 +230,15 @@ impl State {
                     statics::ring(&self.rt, pe);
                     return Ok(old);
                 }
-                self.amo.request(
-                    &self.rt,
-                    pe,
-                    self.statics.peer_addr(pe, seg, off),
-                    width,
-                    op,
-                )
+                let addr = self.statics.peer_addr(pe, seg, off);
+                // SAFETY: the same static object of `pe` (same program),
+                // aligned (checked above).
+                match unsafe { self.rt.atomic_at_address(pe, addr, width, op) } {
+                    // No engine applies it as the owner's CPU atomic: the
+                    // owner's service does.
+                    Err(Error::Unsupported(_)) => self.amo.request(&self.rt, pe, addr, width, op),
+                    r => r,
+                }
             }
         }
     }

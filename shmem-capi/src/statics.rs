@@ -25,8 +25,11 @@
 //!   a put is staged in the requester's own heap and the service gets it
 //!   from there into its static data; a get is put by the service into the
 //!   requester's staging area (at most [`STAGE_BYTES`] per round trip).
-//! * Atomics without a mapping need the owner's CPU: each PE runs an
-//!   [`AmoService`] thread.
+//! * Atomics without a mapping need the owner's CPU: on another node the
+//!   RoCE engine's target applies them as CPU atomics where it can
+//!   (`Runtime::atomic_at_address`: the `sw` provider, and libfabric's
+//!   atomic messages); otherwise through the owner's [`AmoService`]
+//!   thread (every PE runs one).
 //!   A requester writes its operation into its own slot of the target's
 //!   mailbox (in the symmetric heap) with `put_signal`, and waits on a reply
 //!   word in its own heap; the service applies the operation with real CPU

@@ -97,6 +97,29 @@ pub unsafe fn atomic(base: *mut u8, offset: usize, width: AmoWidth, op: AmoOp) -
     old
 }
 
+/// Applies `op` with a CPU atomic to the word at `addr`, outside the heap
+/// at `base` (memory its PE exposed), and rings that heap's waiters that
+/// watch everything (as waiters on such memory do); returns the previous
+/// value.
+///
+/// # Safety
+/// `base` a mapped heap; `addr` valid, aligned to `width` and only
+/// accessed atomically.
+#[inline]
+pub unsafe fn atomic_outside(base: *mut u8, addr: *mut u8, width: AmoWidth, op: AmoOp) -> u64 {
+    let old = match width {
+        // SAFETY: guaranteed by the caller.
+        AmoWidth::W32 => amo32(unsafe { AtomicU32::from_ptr(addr.cast()) }, op) as u64,
+        // SAFETY: as above.
+        AmoWidth::W64 => amo64(unsafe { AtomicU64::from_ptr(addr.cast()) }, op),
+    };
+    if op != AmoOp::Fetch {
+        // SAFETY: every mapped heap starts with its control block.
+        unsafe { ring_after_seqcst(base as *const ControlBlock, &[]) };
+    }
+    old
+}
+
 /// Copies `len` bytes from `src` to `dst` of the heap at `base`, then
 /// updates its signal word at `sig` (a load/store put-with-signal): the
 /// signal is seen only after the data, and waiters that watch either are

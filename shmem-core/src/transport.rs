@@ -253,6 +253,32 @@ pub trait Transport: Send + Sync + fmt::Debug {
         unsafe { self.get(pe, src, dst, len)? };
         Ok(Completion::done())
     }
+    /// Performs `op` on the `width`-wide word at virtual address `addr` of
+    /// `pe`, in memory outside its heap that `pe` exposed
+    /// ([`Transport::expose_memory`]), atomically with the CPU atomics of
+    /// `pe`'s own node on it; returns the previous value.
+    ///
+    /// # Safety
+    /// `addr` must be aligned to `width` (the runtime checks it).
+    ///
+    /// # Errors
+    /// [`crate::Error::Unsupported`] where `pe` did not expose the word, or
+    /// the engine cannot update it atomically with `pe`'s CPU atomics (the
+    /// caller then finds another way); an error naming the PE when the peer
+    /// is gone; the engine's own failure as [`crate::Error::Transport`].
+    unsafe fn atomic_at_address(
+        &self,
+        pe: PeId,
+        addr: usize,
+        width: AmoWidth,
+        op: AmoOp,
+    ) -> Result<u64> {
+        let _ = (pe, addr, width, op);
+        Err(crate::Error::Unsupported(format!(
+            "engine {} has no atomics on memory outside the symmetric heap",
+            self.name()
+        )))
+    }
     /// Makes `regions` (start, length) of this process's memory outside the
     /// symmetric heap reachable by the other PEs' [`Transport::put_to_address`]
     /// and [`Transport::get_from_address`] through this engine (a libfabric

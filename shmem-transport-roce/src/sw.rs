@@ -10,9 +10,10 @@
 //! consumed by a completion thread per queue pair; `quiet` waits until every
 //! posted request has completed. Memory outside the heap that a PE exposed
 //! ([`Transport::expose_memory`]: the C ABI's static data) gets a key per
-//! region; WRITE and READ with such a key name the bytes by their address
-//! on the target, which serves them only inside the region (no atomics or
-//! signals there) and rings its waiters that watch everything.
+//! region; WRITE, READ and ATOMIC with such a key name the bytes by their
+//! address on the target, which serves them only inside the region (no
+//! signals there), applies atomics as CPU atomics (so they are atomic with
+//! its node's own) and rings its waiters that watch everything.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -363,12 +364,20 @@ fn completion_loop(
 type ExposedRegion = (u32, u64, u64);
 
 /// Why a request on exposed region `(start, len)` is refused, if it is:
-/// only plain reads and writes inside the region reach it.
+/// only plain reads, writes and aligned 4- or 8-byte atomics inside the
+/// region reach it.
 fn exposed_refusal(r: &Request, start: u64, len: u64, from: PeId) -> Option<String> {
-    if !(r.op == Opcode::Read || (r.op == Opcode::Write && r.a == 0)) {
+    let atomic = r.op == Opcode::Atomic;
+    if !(r.op == Opcode::Read || (r.op == Opcode::Write && r.a == 0) || atomic) {
         return Some(format!(
-            "{:?} from PE {from} on memory outside the heap (key {:#x}): only reads and writes reach it",
+            "{:?} from PE {from} on memory outside the heap (key {:#x}): only reads, writes and atomics reach it",
             r.op, r.rkey
+        ));
+    }
+    if atomic && (!matches!(r.len, 4 | 8) || !r.off.is_multiple_of(r.len)) {
+        return Some(format!(
+            "misaligned or bad-width atomic at {:#x} from PE {from}",
+            r.off
         ));
     }
     let inside = r.off >= start
@@ -537,8 +546,14 @@ fn serve_qp(
                     } else {
                         AmoWidth::W64
                     };
-                    // SAFETY: in-heap, aligned word (checked above).
-                    let old = unsafe { NodeHeaps::atomic(base, off, wd, op) };
+                    let old = if region.is_some() {
+                        // SAFETY: an aligned word in a region we exposed
+                        // (checked above); `base` is our own heap.
+                        unsafe { shmem_core::loadstore::atomic_outside(base, at, wd, op) }
+                    } else {
+                        // SAFETY: in-heap, aligned word (checked above).
+                        unsafe { NodeHeaps::atomic(base, off, wd, op) }
+                    };
                     w.write_all(
                         &Response {
                             status: Status::Old,
@@ -837,6 +852,41 @@ impl SwVerbs {
             })
     }
 
+    /// An atomic on `off` (key 0: the heap) of `pe`; returns the old value.
+    fn atomic_keyed(
+        &self,
+        pe: PeId,
+        (key, off): (u32, usize),
+        width: AmoWidth,
+        op: AmoOp,
+    ) -> Result<u64> {
+        let qp = self.qp(pe)?;
+        let (a, b, c) = wire::amo_code(op);
+        let out = Arc::new(AtomicU64::new(0));
+        let done = Completion::pending(1);
+        let req = Request {
+            op: Opcode::Atomic,
+            rkey: key,
+            seq: 0,
+            off: off as u64,
+            len: width.bytes() as u64,
+            a,
+            b,
+            c,
+        };
+        qp.post(
+            &self.counters,
+            req,
+            &[],
+            Pending::Atomic {
+                out: out.clone(),
+                done: done.clone(),
+            },
+        )?;
+        done.wait().map_err(|e| qp.check().err().unwrap_or(e))?;
+        Ok(out.load(Ordering::Acquire))
+    }
+
     /// Posts a transfer as work requests of at most [`MAX_MESSAGE`] bytes;
     /// a write may carry a signal update, applied by the target after the
     /// last chunk's data. `collective`: a collective's write, not counted
@@ -1128,31 +1178,19 @@ impl Transport for SwVerbs {
     }
 
     unsafe fn atomic(&self, pe: PeId, offset: usize, width: AmoWidth, op: AmoOp) -> Result<u64> {
-        let qp = self.qp(pe)?;
-        let (a, b, c) = wire::amo_code(op);
-        let out = Arc::new(AtomicU64::new(0));
-        let done = Completion::pending(1);
-        let req = Request {
-            op: Opcode::Atomic,
-            rkey: 0,
-            seq: 0,
-            off: offset as u64,
-            len: width.bytes() as u64,
-            a,
-            b,
-            c,
-        };
-        qp.post(
-            &self.counters,
-            req,
-            &[],
-            Pending::Atomic {
-                out: out.clone(),
-                done: done.clone(),
-            },
-        )?;
-        done.wait().map_err(|e| qp.check().err().unwrap_or(e))?;
-        Ok(out.load(Ordering::Acquire))
+        self.atomic_keyed(pe, (0, offset), width, op)
+    }
+
+    unsafe fn atomic_at_address(
+        &self,
+        pe: PeId,
+        addr: usize,
+        width: AmoWidth,
+        op: AmoOp,
+    ) -> Result<u64> {
+        // The target applies it with a CPU atomic, like its node's own.
+        let at = self.exposed_at(pe, addr, width.bytes())?;
+        self.atomic_keyed(pe, at, width, op)
     }
 
     unsafe fn signal(&self, pe: PeId, sig: usize, op: SignalOp, value: u64) -> Result<()> {
@@ -1440,18 +1478,27 @@ mod tests {
         };
         let (r, why) = roundtrip(&mut c, sig, &[9; 8]);
         assert_eq!(r.status, Status::Nak);
-        assert!(String::from_utf8_lossy(&why).contains("only reads and writes"));
-        let at_out = Request {
+        assert!(String::from_utf8_lossy(&why).contains("only reads, writes and atomics"));
+        let at_out = |off| Request {
             op: Opcode::Atomic,
             rkey: 0x5EED,
             seq: 6,
-            off: below,
+            off,
             len: 8,
             a: 4,
             b: 1,
             c: 0,
         };
-        assert_eq!(roundtrip(&mut c, at_out, &[]).0.status, Status::Nak);
+        assert_eq!(
+            roundtrip(&mut c, at_out(below + 20), &[]).0.status,
+            Status::Nak
+        );
+        assert_eq!(
+            roundtrip(&mut c, at_out(below + 64), &[]).0.status,
+            Status::Nak
+        );
+        let (r, _) = roundtrip(&mut c, at_out(below + 16), &[]);
+        assert_eq!((r.status, r.value), (Status::Old, 0xEEEE_EEEE_EEEE_EEEE));
         let rd_out = Request {
             op: Opcode::Read,
             rkey: 0x5EED,
@@ -1494,7 +1541,11 @@ mod tests {
         // The guard areas around the heap are untouched but for the 8
         // bytes written into the exposed region.
         assert_eq!(&mem.0[65536 - 4096 + 8..65536 - 4096 + 16], &[9; 8]);
-        mem.0[65536 - 4096 + 8..65536 - 4096 + 16].fill(0xEE);
+        assert_eq!(
+            &mem.0[65536 - 4096 + 16..65536 - 4096 + 24],
+            &0xEEEE_EEEE_EEEE_EEEFu64.to_ne_bytes()
+        );
+        mem.0[65536 - 4096 + 8..65536 - 4096 + 24].fill(0xEE);
         assert!(mem.0[..65536].iter().all(|&b| b == 0xEE));
         assert!(mem.0[2 * 65536..].iter().all(|&b| b == 0xEE));
         assert_eq!(&mem.0[65536 + 8192..65536 + 8196], &[7, 7, 7, 7]);

@@ -406,7 +406,10 @@ fn rma_to_a_killed_remote_pe_fails_naming_it() {
 /// on the symmetric heap (`plugin.c`); RMA on global and static data, which
 /// a peer on another host reaches with the RoCE engine's reads and writes
 /// (the owner exposed it at init), and a wait on static data that a put
-/// from another host ends (`rma.c`); the deprecated collectives on active sets with `pSync` in
+/// from another host ends (`rma.c`); atomics from every PE on the heap and
+/// on static data, which PEs on another host update through the RoCE
+/// engine as the owner's CPU atomics where it can (`amo.c`); the
+/// deprecated collectives on active sets with `pSync` in
 /// static data (`active_sets.c`).
 #[test]
 fn a_c_program_runs_across_hosts_under_every_provider() {
@@ -424,7 +427,7 @@ fn a_c_program_runs_across_hosts_under_every_provider() {
         return;
     }
     let capi = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shmem-capi");
-    for program in ["plugin", "rma", "active_sets"] {
+    for program in ["plugin", "rma", "amo", "active_sets"] {
         let exe = libdir.join(format!("multihost-c-{program}"));
         let out = Command::new(capi.join("bin/oshcc"))
             .env("SHMEM_LIBDIR", &libdir)

@@ -276,6 +276,39 @@ impl Runtime {
         unsafe { t.get_from_address(pe, addr, dst.as_mut_ptr(), dst.len()) }
     }
 
+    /// Performs `op` on the `width`-wide word at virtual address `addr` of
+    /// `pe`, in memory outside its heap that `pe` exposed
+    /// ([`Runtime::expose_memory`]), atomically with the CPU atomics of
+    /// `pe`'s node on it; returns the previous value.
+    ///
+    /// # Safety
+    /// `addr..addr+width` must be memory of `pe` that the program allows to
+    /// be updated.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a misaligned `addr`;
+    /// [`Error::Unsupported`] when no engine in use updates that word of
+    /// `pe` (not exposed, or an engine whose atomics are not the owner's
+    /// CPU atomics); [`Error::PeOutOfRange`], [`Error::NotInitialized`],
+    /// [`Error::PeerExited`] as for [`Runtime::put_to_address`].
+    pub unsafe fn atomic_at_address(
+        &self,
+        pe: PeId,
+        addr: usize,
+        width: AmoWidth,
+        op: AmoOp,
+    ) -> Result<u64> {
+        if !addr.is_multiple_of(width.bytes()) {
+            return Err(Error::invalid(
+                "address",
+                format!("{addr:#x} is not aligned to its {} bytes", width.bytes()),
+            ));
+        }
+        let t = self.external_engine(pe)?;
+        // SAFETY: aligned (checked); the remote word is the caller's contract.
+        unsafe { t.atomic_at_address(pe, addr, width, op) }
+    }
+
     /// Makes `regions` (start, length) of this process's memory outside the
     /// symmetric heap (its static data, say) reachable by the other PEs'
     /// [`Runtime::put_to_address`] and [`Runtime::get_from_address`] through

@@ -14,6 +14,11 @@
 //! `put_to_address`/`get_from_address` are then `fi_write`/`fi_read` with
 //! those keys, and a write rings the target's waiters that watch everything
 //! (remote CQ data of the empty range, or a wake message after delivery).
+//! Atomics there (`atomic_at_address`) are atomic messages with
+//! [`AMO_EXPOSED`] set, applied by the target as CPU atomics; where atomic
+//! messages are off they are refused as unsupported (the provider's own
+//! atomics would not be atomic with the target node's CPU atomics), and the
+//! C ABI falls back to the owner's service thread.
 //!
 //! Data path: put = `fi_write`, get = `fi_read`, atomics =
 //! `fi_fetch_atomic`/`fi_compare_atomic` (a compare-and-swap loop stands in
@@ -206,6 +211,10 @@ const AMO_TAG: u64 = 0x414d; // "MA"
 /// Bytes of an atomic message: tag|op|width|from, id, offset, operand,
 /// compare, sequence number (per sender and target).
 const AMO_LEN: usize = 48;
+/// Bit of an atomic message's first word (the top bit of its op byte):
+/// the offset is an address in memory outside the heap that the target
+/// exposed ([`Transport::expose_memory`]).
+const AMO_EXPOSED: u64 = 1 << 23;
 /// First word of the refusal of an atomic message the target does not
 /// understand (then its id).
 const ACK_REFUSED_MAGIC: u64 = 0x5348_4d41_434b_5231; // "SHMACKR1"
@@ -1048,6 +1057,9 @@ struct Inner {
     /// Per PE: the regions outside its heap it exposed (an
     /// [`ExposedRegion`] list, empty for none).
     exposed: RwLock<Vec<Vec<ExposedRegion>>>,
+    /// This PE's own exposed regions (start, length), where atomic
+    /// messages may land.
+    exposed_here: RwLock<Vec<(u64, u64)>>,
     base: *mut u8,
     heap_size: usize,
     link: Duration,
@@ -1544,7 +1556,8 @@ impl Inner {
     unsafe fn apply_amo(&self, b: &[u8; AMO_LEN]) {
         let w = |i| le_word(b, i);
         let head = w(0);
-        let code = (head >> 16) & 0xff;
+        let code = (head >> 16) & 0x7f;
+        let exposed = head & AMO_EXPOSED != 0;
         let bytes = (head >> 24) & 0xff;
         let from = (head >> 32) as usize;
         let (id, off, operand, compare) = (w(1), w(2), w(3), w(4));
@@ -1563,6 +1576,33 @@ impl Inner {
             self.send_refusal(from, id);
             return;
         };
+        if exposed {
+            let inside = off.is_multiple_of(bytes)
+                && self
+                    .exposed_here
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .any(|&(start, len)| {
+                        off >= start && off.checked_add(bytes).is_some_and(|e| e <= start + len)
+                    });
+            if !inside {
+                shmem_log!(
+                    Warn,
+                    "ROCE/ofi: PE {from} sent an atomic message at {off:#x}, outside what this PE exposed; refused"
+                );
+                self.send_refusal(from, id);
+                return;
+            }
+            // SAFETY: an aligned word in a region this PE exposed
+            // (checked), which the API updates only with CPU atomics;
+            // `self.base` is our heap.
+            let old = unsafe {
+                shmem_core::loadstore::atomic_outside(self.base, off as *mut u8, width, op)
+            };
+            self.send_value_ack(from, id, old);
+            return;
+        }
         if off < low
             || off % bytes != 0
             || off
@@ -2740,6 +2780,7 @@ impl Ofi {
             next_key: AtomicU64::new(next_key),
             exposed_mrs: Mutex::new(Vec::new()),
             exposed: RwLock::new(Vec::new()),
+            exposed_here: RwLock::new(Vec::new()),
             base,
             heap_size,
             link: init.config.link_timeout.max(Duration::from_millis(100)),
@@ -3629,10 +3670,14 @@ impl Ofi {
     fn post_amo_msg(
         &self,
         pe: PeId,
-        off: usize,
+        place: Place,
         width: AmoWidth,
         op: AmoOp,
     ) -> Result<(Completion, Arc<AtomicU64>)> {
+        let (off, exposed) = match place {
+            Place::Heap(off) => (off as u64, 0),
+            Place::Exposed { remote, .. } => (remote, AMO_EXPOSED),
+        };
         // No wait for earlier atomics: the target applies atomic messages
         // in the order they were numbered.
         let i = &*self.inner;
@@ -3651,12 +3696,13 @@ impl Ofi {
         let id = ctx.id;
         drop(ctx);
         let (code, operand, compare) = crate::wire::amo_code(op);
-        let head = AMO_TAG | code << 16 | (width.bytes() as u64) << 24 | (i.my_pe as u64) << 32;
+        let head =
+            AMO_TAG | code << 16 | exposed | (width.bytes() as u64) << 24 | (i.my_pe as u64) << 32;
         let ep = i.raw.ep;
         let r = {
             let mut seq = p.amo_sent.lock().unwrap_or_else(|e| e.into_inner());
             let mut m = [0u8; AMO_LEN];
-            put_words(&mut m, &[head, id, off as u64, operand, compare, *seq]);
+            put_words(&mut m, &[head, id, off, operand, compare, *seq]);
             let r = i.post(pe, || {
                 // SAFETY: open endpoint; inject copies the bytes before returning.
                 unsafe { ((*(*ep).msg).inject)(ep, m.as_ptr().cast(), AMO_LEN, p.addr) }
@@ -3924,6 +3970,34 @@ impl Transport for Ofi {
         unsafe { self.get_at(pe, place, dst, len) }
     }
 
+    unsafe fn atomic_at_address(
+        &self,
+        pe: PeId,
+        addr: usize,
+        width: AmoWidth,
+        op: AmoOp,
+    ) -> Result<u64> {
+        if !self.amo_msg {
+            // The provider's atomics are not atomic with the CPU atomics
+            // the target's node applies to the same word.
+            return Err(Error::Unsupported(format!(
+                "the libfabric provider's atomics on PE {pe}'s memory outside the heap would not be \
+                 atomic with its node's CPU atomics (atomic messages are off)"
+            )));
+        }
+        // Checks that `pe` exposed the word; the message carries its
+        // address (whatever the provider's addressing of the region).
+        self.exposed_place(pe, addr, width.bytes())?;
+        let place = Place::Exposed {
+            remote: addr as u64,
+            key: 0,
+        };
+        // The target applies it with a CPU atomic and rings its waiters.
+        let (done, out) = self.post_amo_msg(pe, place, width, op)?;
+        self.inner.wait(&done)?;
+        Ok(out.load(Ordering::Acquire) & mask(width))
+    }
+
     unsafe fn expose_memory(&self, regions: &[(usize, usize)]) -> Result<Vec<u8>> {
         let i = &*self.inner;
         let mut card = Vec::with_capacity(regions.len());
@@ -3938,6 +4012,10 @@ impl Transport for Ofi {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(mr);
+            i.exposed_here
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((start as u64, len as u64));
             card.push(ExposedRegion {
                 start: start as u64,
                 len: len as u64,
@@ -4028,7 +4106,7 @@ impl Transport for Ofi {
         let m = mask(width);
         if self.amo_msg {
             // The target applies it and rings its own waiters.
-            let (done, out) = self.post_amo_msg(pe, offset, width, op)?;
+            let (done, out) = self.post_amo_msg(pe, Place::Heap(offset), width, op)?;
             self.inner.wait(&done)?;
             return Ok(out.load(Ordering::Acquire) & m);
         }
@@ -4072,7 +4150,7 @@ impl Transport for Ofi {
             // Returns once posted; its answer completes it for `quiet`, and
             // a later write, read or signal to this peer waits for it.
             return self.post_counted(pe, || {
-                self.post_amo_msg(pe, offset, width, op)
+                self.post_amo_msg(pe, Place::Heap(offset), width, op)
                     .map(|(done, _)| done)
             });
         }

@@ -1032,15 +1032,20 @@ fn bulk(pe: &Shmem) -> Result<()> {
             .map_err(|_| Error::invalid("lock", "poisoned"))?;
         g.as_ptr() as usize
     };
+    // And words for atomics on exposed memory.
+    static WORDS: [std::sync::atomic::AtomicU64; 2] =
+        [const { std::sync::atomic::AtomicU64::new(0) }; 2];
+    let waddr = WORDS.as_ptr() as usize;
     let mut card = (addr as u64).to_le_bytes().to_vec();
     card.extend_from_slice(&(eaddr as u64).to_le_bytes());
+    card.extend_from_slice(&(waddr as u64).to_le_bytes());
     let addrs = pe.bootstrap().allgather(&card)?;
     let word = |pe: usize, k: usize| {
         u64::from_le_bytes(addrs[pe][8 * k..8 * k + 8].try_into().unwrap_or_default()) as usize
     };
-    let (raddr, readdr) = (word(r, 0), word(r, 1));
-    // SAFETY: a static of this program, mapped for the process's life.
-    unsafe { pe.runtime().expose_memory(&[(eaddr, 64)])? };
+    let (raddr, readdr, rwaddr) = (word(r, 0), word(r, 1), word(r, 2));
+    // SAFETY: statics of this program, mapped for the process's life.
+    unsafe { pe.runtime().expose_memory(&[(eaddr, 64), (waddr, 16)])? };
     let topo = pe.runtime().topology();
     let same_node = topo.same_node(r) && topo.same_node(l);
     if !same_node && n > 1 {
@@ -1069,6 +1074,86 @@ fn bulk(pe: &Shmem) -> Result<()> {
         );
         let past = pe.runtime().get_from_address(r, readdr + 60, &mut [0u8; 8]);
         expect_err(me, past, "outside what PE")?;
+    }
+    // Atomics on exposed memory across nodes: applied by the owner as CPU
+    // atomics (the sw provider's target, or libfabric atomic messages, on
+    // by default over tcp), atomic with the owner's own; elsewhere refused
+    // as unsupported.
+    let fi = std::env::var("FI_PROVIDER").unwrap_or_default();
+    let amo_mode = match (provider.as_str(), fi.as_str()) {
+        ("sw", _) | ("ofi", "tcp" | "net") => Some(true),
+        ("ofi", "sockets") => Some(false),
+        _ => None,
+    };
+    let amo_engine = amo_mode == Some(true);
+    let (w64, w32) = (
+        shmem_core::transport::AmoWidth::W64,
+        shmem_core::transport::AmoWidth::W32,
+    );
+    use shmem_core::transport::AmoOp;
+    let remote_amo = n > 1 && !topo.same_node(r);
+    let owner_amo = n > 1 && !topo.same_node(l);
+    pe.barrier_all()?;
+    if amo_engine && owner_amo {
+        for _ in 0..50 {
+            WORDS[0].fetch_add(1000, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    if amo_mode.is_some() && remote_amo {
+        // SAFETY: PE r's live static WORDS.
+        let amo =
+            |off: usize, w, op| unsafe { pe.runtime().atomic_at_address(r, rwaddr + off, w, op) };
+        if amo_engine {
+            let mut last = None;
+            for _ in 0..50 {
+                let old = amo(0, w64, AmoOp::Add(1))?;
+                check!(
+                    me,
+                    last.is_none_or(|l| old > l),
+                    "fetch_add olds not increasing: {last:?} then {old}"
+                );
+                last = Some(old);
+            }
+        } else {
+            expect_err(me, amo(0, w64, AmoOp::Add(1)), "atomic messages are off")?;
+        }
+    }
+    pe.barrier_all()?;
+    if amo_engine && owner_amo {
+        let v = WORDS[0].load(std::sync::atomic::Ordering::SeqCst);
+        check!(me, v == 50_050, "remote and local atomics on a static: {v}");
+    }
+    pe.barrier_all()?;
+    if amo_engine && remote_amo {
+        // SAFETY: as above.
+        let amo =
+            |off: usize, w, op| unsafe { pe.runtime().atomic_at_address(r, rwaddr + off, w, op) };
+        let old = amo(
+            0,
+            w64,
+            AmoOp::CompareSwap {
+                cond: 50_050,
+                value: 7,
+            },
+        )?;
+        check!(me, old == 50_050, "compare_swap on a static saw {old}");
+        check!(
+            me,
+            amo(0, w64, AmoOp::Fetch)? == 7,
+            "fetch after compare_swap"
+        );
+        check!(
+            me,
+            amo(8, w32, AmoOp::Add(5))? == 0,
+            "32-bit add on a static"
+        );
+        expect_err(me, amo(4, w64, AmoOp::Fetch), "not aligned")?;
+        expect_err(me, amo(16, w64, AmoOp::Fetch), "outside what PE")?;
+    }
+    pe.barrier_all()?;
+    if amo_engine && owner_amo {
+        let v = [0, 1].map(|k| WORDS[k].load(std::sync::atomic::Ordering::SeqCst));
+        check!(me, v == [7, 5], "static words after the atomics: {v:?}");
     }
     pe.barrier_all()?;
     if roce && n > 1 && !topo.same_node(l) {
