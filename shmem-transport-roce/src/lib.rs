@@ -37,6 +37,7 @@
 #![warn(clippy::missing_errors_doc)]
 
 mod counters;
+mod exposed;
 #[cfg(feature = "ibverbs")]
 pub mod hw;
 pub mod ofi;

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,7 @@ use shmem_core::{
 };
 
 use crate::counters::Counters;
+use crate::exposed::{ExposedRegion, Regions};
 use crate::wire::{self, Opcode, Request, Response, Status, QP_MAGIC, REQUEST_LEN, RESPONSE_LEN};
 use crate::NAME;
 
@@ -359,10 +360,6 @@ fn completion_loop(
 }
 
 /// Serves one initiator's queue pair: applies its work requests in order.
-/// A region of memory outside the heap that a PE exposed
-/// ([`Transport::expose_memory`]): its key, start address and length.
-type ExposedRegion = (u32, u64, u64);
-
 /// Why a request on exposed region `(start, len)` is refused, if it is:
 /// only plain reads, writes and aligned 4- or 8-byte atomics inside the
 /// region reach it.
@@ -400,7 +397,7 @@ fn serve_qp(
     base: usize,
     heap_size: usize,
     rkey: u32,
-    exposed: &RwLock<Vec<ExposedRegion>>,
+    exposed: &Regions,
 ) {
     let base = base as *mut u8;
     let mut out = s.try_clone().ok();
@@ -430,17 +427,12 @@ fn serve_qp(
         };
         let end = r.off.checked_add(width);
         let region = if r.rkey != rkey {
-            exposed
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .find(|x| x.0 == r.rkey)
-                .copied()
+            exposed.keyed(0, u64::from(r.rkey))
         } else {
             None
         };
-        let bad = if let Some((_, start, len)) = region {
-            exposed_refusal(&r, start, len, from)
+        let bad = if let Some(x) = region {
+            exposed_refusal(&r, x.start, x.len, from)
         } else if r.rkey != rkey {
             Some(format!("wrong remote key {:#x} from PE {from}", r.rkey))
         } else if end.is_none_or(|e| e > heap_size as u64) {
@@ -601,10 +593,11 @@ pub struct SwVerbs {
     servers: Mutex<Vec<(JoinHandle<()>, TcpStream)>>,
     /// The heap's remote key.
     rkey: u32,
-    /// Regions outside the heap this PE exposed (its servers read them).
-    exposed: Arc<RwLock<Vec<ExposedRegion>>>,
+    /// Regions outside the heap this PE exposed (as PE 0; its servers
+    /// read them).
+    exposed: Arc<Regions>,
     /// Per PE: the regions outside its heap it exposed.
-    peer_exposed: RwLock<Vec<Vec<ExposedRegion>>>,
+    peer_exposed: Regions,
     _heap: Arc<dyn shmem_core::Heap>,
 }
 
@@ -666,7 +659,7 @@ impl SwVerbs {
         let tag2 = tag.clone();
         let reach2 = reach.clone();
         let serve_heap = heap.clone();
-        let exposed: Arc<RwLock<Vec<ExposedRegion>>> = Arc::default();
+        let exposed: Arc<Regions> = Arc::default();
         let serve_exposed = exposed.clone();
         let accept = std::thread::Builder::new()
             .name("shmem-roce-accept".into())
@@ -792,7 +785,7 @@ impl SwVerbs {
             servers: Mutex::new(servers),
             rkey,
             exposed,
-            peer_exposed: RwLock::new(Vec::new()),
+            peer_exposed: Regions::default(),
             _heap: heap,
         })
     }
@@ -810,7 +803,7 @@ impl SwVerbs {
             servers: Mutex::new(Vec::new()),
             rkey: 0,
             exposed: Arc::default(),
-            peer_exposed: RwLock::new(Vec::new()),
+            peer_exposed: Regions::default(),
             _heap: init.heap.clone(),
         }
     }
@@ -836,20 +829,9 @@ impl SwVerbs {
     /// The key and address of `len` bytes at `addr` of `pe`'s memory
     /// outside its heap, if `pe` exposed them.
     fn exposed_at(&self, pe: PeId, addr: usize, len: usize) -> Result<(u32, usize)> {
-        let ex = self.peer_exposed.read().unwrap_or_else(|e| e.into_inner());
-        let (a, end) = (addr as u64, (addr as u64).saturating_add(len as u64));
-        ex.get(pe)
-            .and_then(|rs| {
-                rs.iter()
-                    .find(|r| a >= r.1 && end <= r.1.saturating_add(r.2))
-            })
-            .map(|r| (r.0, addr))
-            .ok_or_else(|| {
-                Error::Unsupported(format!(
-                    "PE {pe}'s {len} bytes at {addr:#x} are outside the symmetric heap and \
-                     outside what PE {pe} exposed"
-                ))
-            })
+        // Keys are this provider's 32-bit request keys.
+        let r = self.peer_exposed.find(pe, addr, len)?;
+        Ok((r.key as u32, addr))
     }
 
     /// An atomic on `off` (key 0: the heap) of `pe`; returns the old value.
@@ -1110,40 +1092,29 @@ impl Transport for SwVerbs {
             // Nobody reaches this PE through this engine.
             return Ok(Vec::new());
         }
-        let mut mine = self.exposed.write().unwrap_or_else(|e| e.into_inner());
-        let first = mine.len();
+        let mut keys = self.exposed.keys(0);
+        let mut card = Vec::new();
         for &(start, len) in regions.iter().filter(|r| r.1 > 0) {
             // A key of its own: not 0 (a request's "the heap"), not the
             // heap's, not another region's.
-            let mut key = self.rkey.wrapping_add(1 + mine.len() as u32);
-            while key == 0 || key == self.rkey || mine.iter().any(|r| r.0 == key) {
+            let mut key = self.rkey.wrapping_add(1 + keys.len() as u32);
+            while key == 0 || key == self.rkey || keys.contains(&u64::from(key)) {
                 key = key.wrapping_add(1);
             }
-            mine.push((key, start as u64, len as u64));
+            keys.push(u64::from(key));
+            let region = ExposedRegion {
+                start: start as u64,
+                len: len as u64,
+                key: u64::from(key),
+            };
+            self.exposed.add(0, region);
+            card.push(region);
         }
-        if mine.len() == first {
-            return Ok(Vec::new());
-        }
-        Ok(shmem_core::wire::encode(&mine[first..]))
+        Ok(Regions::card(&card))
     }
 
     fn learn_exposed_memory(&self, cards: &[&[u8]]) -> Result<()> {
-        let mut learnt = Vec::with_capacity(cards.len());
-        for (pe, c) in cards.iter().enumerate() {
-            learnt.push(if c.is_empty() {
-                Vec::new()
-            } else {
-                shmem_core::wire::decode::<Vec<ExposedRegion>>("exposed regions", c)
-                    .map_err(|e| err(format!("PE {pe} sent a bad list of exposed regions: {e}")))?
-            });
-        }
-        let mut ex = self.peer_exposed.write().unwrap_or_else(|e| e.into_inner());
-        let n = learnt.len().max(ex.len());
-        ex.resize(n, Vec::new());
-        for (mine, theirs) in ex.iter_mut().zip(learnt) {
-            mine.extend(theirs);
-        }
-        Ok(())
+        self.peer_exposed.learn(cards)
     }
 
     unsafe fn put_async(
@@ -1322,7 +1293,15 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let h = std::thread::spawn(move || {
             let (s, _) = l.accept().unwrap();
-            let exposed = RwLock::new(vec![(0x5EED, base as u64 - 4096, 64)]);
+            let exposed = Regions::default();
+            exposed.add(
+                0,
+                ExposedRegion {
+                    start: base as u64 - 4096,
+                    len: 64,
+                    key: 0x5EED,
+                },
+            );
             serve_qp(s, 1, base, 65536, rkey, &exposed);
         });
         let c = TcpStream::connect(addr).unwrap();

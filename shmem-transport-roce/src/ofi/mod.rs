@@ -167,7 +167,7 @@ use std::ffi::{c_int, c_void, CStr, CString};
 use std::net::IpAddr;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -179,6 +179,7 @@ use shmem_core::{
 };
 
 use crate::counters::Counters;
+use crate::exposed::{ExposedRegion, Regions};
 use crate::NAME;
 use ffi::*;
 
@@ -906,18 +907,6 @@ struct Track {
     collective: bool,
 }
 
-/// A region of a PE's memory outside its heap, registered by that PE for
-/// the others' reads and writes ([`Transport::expose_memory`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExposedRegion {
-    /// Virtual address of its first byte on its PE.
-    pub start: u64,
-    /// Bytes.
-    pub len: u64,
-    /// Remote key of its registration.
-    pub key: u64,
-}
-
 /// Where a transfer's remote bytes are: a heap offset, or memory outside
 /// the heap that the peer exposed (an address in the provider's addressing
 /// of that region, and the region's key).
@@ -1054,12 +1043,11 @@ struct Inner {
     /// Registrations of this process's memory outside the heap that the
     /// peers may read and write ([`Transport::expose_memory`]).
     exposed_mrs: Mutex<Vec<*mut fid_mr>>,
-    /// Per PE: the regions outside its heap it exposed (an
-    /// [`ExposedRegion`] list, empty for none).
-    exposed: RwLock<Vec<Vec<ExposedRegion>>>,
-    /// This PE's own exposed regions (start, length), where atomic
-    /// messages may land.
-    exposed_here: RwLock<Vec<(u64, u64)>>,
+    /// Per PE: the regions outside its heap it exposed.
+    exposed: Regions,
+    /// This PE's own exposed regions (as PE 0), where atomic messages may
+    /// land.
+    exposed_here: Regions,
     base: *mut u8,
     heap_size: usize,
     link: Duration,
@@ -1577,15 +1565,8 @@ impl Inner {
             return;
         };
         if exposed {
-            let inside = off.is_multiple_of(bytes)
-                && self
-                    .exposed_here
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .iter()
-                    .any(|&(start, len)| {
-                        off >= start && off.checked_add(bytes).is_some_and(|e| e <= start + len)
-                    });
+            let inside =
+                off.is_multiple_of(bytes) && self.exposed_here.holding(0, off, bytes).is_some();
             if !inside {
                 shmem_log!(
                     Warn,
@@ -2123,35 +2104,6 @@ fn reg_local(
     let mr = unsafe { register(api, raw, bind_ep, key, addr, len, access, "local buffer") }?;
     // SAFETY: an open region; fi_mr_desc reads this field.
     Ok((mr, unsafe { (*mr).mem_desc }))
-}
-
-/// Registers `len` bytes at `addr` of this process's memory outside the
-/// heap for the peers' reads and writes ([`Transport::expose_memory`]).
-///
-/// # Safety
-/// `addr..addr+len` stays mapped until the region is closed.
-unsafe fn reg_remote(
-    api: &Api,
-    raw: &Raw,
-    bind_ep: bool,
-    key: u64,
-    addr: *const u8,
-    len: usize,
-) -> std::result::Result<*mut fid_mr, String> {
-    let access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
-    // SAFETY: as for this function.
-    unsafe {
-        register(
-            api,
-            raw,
-            bind_ep,
-            key,
-            addr,
-            len,
-            access,
-            "region outside the heap",
-        )
-    }
 }
 
 /// `fi_mr_reg` of `len` bytes at `addr` with `access` (and its binding to
@@ -2779,8 +2731,8 @@ impl Ofi {
             mr_endpoint,
             next_key: AtomicU64::new(next_key),
             exposed_mrs: Mutex::new(Vec::new()),
-            exposed: RwLock::new(Vec::new()),
-            exposed_here: RwLock::new(Vec::new()),
+            exposed: Regions::default(),
+            exposed_here: Regions::default(),
             base,
             heap_size,
             link: init.config.link_timeout.max(Duration::from_millis(100)),
@@ -3082,23 +3034,12 @@ impl Ofi {
     /// if `pe` exposed them ([`Transport::expose_memory`]).
     fn exposed_place(&self, pe: PeId, addr: usize, len: usize) -> Result<Place> {
         let i = &*self.inner;
-        let ex = i.exposed.read().unwrap_or_else(|e| e.into_inner());
-        let (addr, end) = (addr as u64, (addr as u64).saturating_add(len as u64));
-        ex.get(pe)
-            .and_then(|rs| {
-                rs.iter()
-                    .find(|r| addr >= r.start && end <= r.start + r.len)
-            })
-            .map(|r| Place::Exposed {
-                remote: if i.virt_addr { addr } else { addr - r.start },
-                key: r.key,
-            })
-            .ok_or_else(|| {
-                Error::Unsupported(format!(
-                    "PE {pe}'s {len} bytes at {addr:#x} are outside the symmetric heap and \
-                     outside what PE {pe} exposed to libfabric"
-                ))
-            })
+        let r = i.exposed.find(pe, addr, len)?;
+        let addr = addr as u64;
+        Ok(Place::Exposed {
+            remote: if i.virt_addr { addr } else { addr - r.start },
+            key: r.key,
+        })
     }
 
     /// Posts `len` bytes as writes (`bounce`: copy the source first so that
@@ -4003,25 +3944,25 @@ impl Transport for Ofi {
         let mut card = Vec::with_capacity(regions.len());
         for &(start, len) in regions.iter().filter(|r| r.1 > 0) {
             let key = i.next_key.fetch_add(1, Ordering::Relaxed);
+            let access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+            let at = start as *const u8;
+            let what = "region outside the heap";
             // SAFETY: the caller keeps the region mapped for the engine's
             // life; the registration is closed before the domain (drop).
-            let mr =
-                unsafe { reg_remote(i.api, &i.raw, i.mr_endpoint, key, start as *const u8, len) }
-                    .map_err(err)?;
+            let mr = unsafe { register(i.api, &i.raw, i.mr_endpoint, key, at, len, access, what) }
+                .map_err(err)?;
             i.exposed_mrs
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(mr);
-            i.exposed_here
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((start as u64, len as u64));
-            card.push(ExposedRegion {
+            let region = ExposedRegion {
                 start: start as u64,
                 len: len as u64,
                 // SAFETY: an open region; fi_mr_key reads this field.
                 key: unsafe { (*mr).key },
-            });
+            };
+            i.exposed_here.add(0, region);
+            card.push(region);
         }
         if card.is_empty() {
             return Ok(Vec::new());
@@ -4032,30 +3973,11 @@ impl Transport for Ofi {
             card.len(),
             card.iter().map(|r| r.len).sum::<u64>()
         );
-        postcard::to_stdvec(&card).map_err(|e| err(format!("encoding the exposed regions: {e}")))
+        Ok(Regions::card(&card))
     }
 
     fn learn_exposed_memory(&self, cards: &[&[u8]]) -> Result<()> {
-        let mut learnt = Vec::with_capacity(cards.len());
-        for (pe, c) in cards.iter().enumerate() {
-            learnt.push(if c.is_empty() {
-                Vec::new()
-            } else {
-                postcard::from_bytes::<Vec<ExposedRegion>>(c)
-                    .map_err(|e| err(format!("PE {pe} sent a bad list of exposed regions: {e}")))?
-            });
-        }
-        let mut ex = self
-            .inner
-            .exposed
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        let n = learnt.len().max(ex.len());
-        ex.resize(n, Vec::new());
-        for (mine, theirs) in ex.iter_mut().zip(learnt) {
-            mine.extend(theirs);
-        }
-        Ok(())
+        self.inner.exposed.learn(cards)
     }
 
     unsafe fn put_nbi(&self, pe: PeId, dst: usize, src: *const u8, len: usize) -> Result<()> {
