@@ -77,14 +77,9 @@ pub unsafe fn copy_small_or(src: *const u8, dst: *mut u8, len: usize) {
 // then select one instruction instead of two matches at run time.
 #[inline(always)]
 pub unsafe fn atomic(base: *mut u8, offset: usize, width: AmoWidth, op: AmoOp) -> u64 {
-    // SAFETY: guaranteed by the caller.
-    let p = unsafe { base.add(offset) };
-    let old = match width {
-        // SAFETY: aligned, in-heap word only accessed atomically.
-        AmoWidth::W32 => amo32(unsafe { AtomicU32::from_ptr(p.cast()) }, op) as u64,
-        // SAFETY: as above.
-        AmoWidth::W64 => amo64(unsafe { AtomicU64::from_ptr(p.cast()) }, op),
-    };
+    // SAFETY: guaranteed by the caller: an aligned, in-heap word only
+    // accessed atomically.
+    let old = unsafe { amo_word(base.add(offset), width, op) };
     if op != AmoOp::Fetch {
         // SAFETY: every mapped heap starts with its control block.
         unsafe {
@@ -97,6 +92,21 @@ pub unsafe fn atomic(base: *mut u8, offset: usize, width: AmoWidth, op: AmoOp) -
     old
 }
 
+/// The CPU atomic `op` on the `width`-wide word at `p`; returns the old
+/// value.
+///
+/// # Safety
+/// `p` valid, aligned to `width` and only accessed atomically.
+#[inline(always)]
+unsafe fn amo_word(p: *mut u8, width: AmoWidth, op: AmoOp) -> u64 {
+    match width {
+        // SAFETY: guaranteed by the caller.
+        AmoWidth::W32 => amo32(unsafe { AtomicU32::from_ptr(p.cast()) }, op) as u64,
+        // SAFETY: as above.
+        AmoWidth::W64 => amo64(unsafe { AtomicU64::from_ptr(p.cast()) }, op),
+    }
+}
+
 /// Applies `op` with a CPU atomic to the word at `addr`, outside the heap
 /// at `base` (memory its PE exposed), and rings that heap's waiters that
 /// watch everything (as waiters on such memory do); returns the previous
@@ -107,12 +117,8 @@ pub unsafe fn atomic(base: *mut u8, offset: usize, width: AmoWidth, op: AmoOp) -
 /// accessed atomically.
 #[inline]
 pub unsafe fn atomic_outside(base: *mut u8, addr: *mut u8, width: AmoWidth, op: AmoOp) -> u64 {
-    let old = match width {
-        // SAFETY: guaranteed by the caller.
-        AmoWidth::W32 => amo32(unsafe { AtomicU32::from_ptr(addr.cast()) }, op) as u64,
-        // SAFETY: as above.
-        AmoWidth::W64 => amo64(unsafe { AtomicU64::from_ptr(addr.cast()) }, op),
-    };
+    // SAFETY: guaranteed by the caller.
+    let old = unsafe { amo_word(addr, width, op) };
     if op != AmoOp::Fetch {
         // SAFETY: every mapped heap starts with its control block.
         unsafe { ring_after_seqcst(base as *const ControlBlock, &[]) };

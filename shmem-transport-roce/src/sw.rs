@@ -360,10 +360,10 @@ fn completion_loop(
 }
 
 /// Serves one initiator's queue pair: applies its work requests in order.
-/// Why a request on exposed region `(start, len)` is refused, if it is:
-/// only plain reads, writes and aligned 4- or 8-byte atomics inside the
-/// region reach it.
-fn exposed_refusal(r: &Request, start: u64, len: u64, from: PeId) -> Option<String> {
+/// Why a request on exposed `region` is refused, if it is: only plain
+/// reads, writes and aligned 4- or 8-byte atomics inside the region reach
+/// it.
+fn exposed_refusal(r: &Request, region: &ExposedRegion, from: PeId) -> Option<String> {
     let atomic = r.op == Opcode::Atomic;
     if !(r.op == Opcode::Read || (r.op == Opcode::Write && r.a == 0) || atomic) {
         return Some(format!(
@@ -377,11 +377,7 @@ fn exposed_refusal(r: &Request, start: u64, len: u64, from: PeId) -> Option<Stri
             r.off
         ));
     }
-    let inside = r.off >= start
-        && r.off
-            .checked_add(r.len)
-            .is_some_and(|e| e <= start.saturating_add(len));
-    (!inside).then(|| {
+    (!region.holds(r.off, r.len)).then(|| {
         format!(
             "range [{:#x}, +{}) from PE {from} is outside the region of key {:#x}",
             r.off, r.len, r.rkey
@@ -432,7 +428,7 @@ fn serve_qp(
             None
         };
         let bad = if let Some(x) = region {
-            exposed_refusal(&r, x.start, x.len, from)
+            exposed_refusal(&r, &x, from)
         } else if r.rkey != rkey {
             Some(format!("wrong remote key {:#x} from PE {from}", r.rkey))
         } else if end.is_none_or(|e| e > heap_size as u64) {

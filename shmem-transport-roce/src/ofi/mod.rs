@@ -907,6 +907,14 @@ struct Track {
     collective: bool,
 }
 
+/// Where an atomic message applies: a heap offset, or the address of a
+/// word in a region the target exposed (sent with [`AMO_EXPOSED`]).
+#[derive(Debug, Clone, Copy)]
+enum AmoAt {
+    Heap(usize),
+    Exposed(u64),
+}
+
 /// Where a transfer's remote bytes are: a heap offset, or memory outside
 /// the heap that the peer exposed (an address in the provider's addressing
 /// of that region, and the region's key).
@@ -1046,7 +1054,8 @@ struct Inner {
     /// Per PE: the regions outside its heap it exposed.
     exposed: Regions,
     /// This PE's own exposed regions (as PE 0), where atomic messages may
-    /// land.
+    /// land: known from its own exposure, since a peer that has learnt
+    /// them may send before this PE has learnt every card.
     exposed_here: Regions,
     base: *mut u8,
     heap_size: usize,
@@ -1468,7 +1477,7 @@ impl Inner {
             self.finish(
                 w(1),
                 0,
-                Some("the target refused an atomic message it does not understand (a library of another version?)".into()),
+                Some("the target refused an atomic message (a word outside what it exposed, or a library of another version)".into()),
             );
             return;
         }
@@ -3611,13 +3620,13 @@ impl Ofi {
     fn post_amo_msg(
         &self,
         pe: PeId,
-        place: Place,
+        at: AmoAt,
         width: AmoWidth,
         op: AmoOp,
     ) -> Result<(Completion, Arc<AtomicU64>)> {
-        let (off, exposed) = match place {
-            Place::Heap(off) => (off as u64, 0),
-            Place::Exposed { remote, .. } => (remote, AMO_EXPOSED),
+        let (off, exposed) = match at {
+            AmoAt::Heap(off) => (off as u64, 0),
+            AmoAt::Exposed(addr) => (addr, AMO_EXPOSED),
         };
         // No wait for earlier atomics: the target applies atomic messages
         // in the order they were numbered.
@@ -3926,15 +3935,11 @@ impl Transport for Ofi {
                  atomic with its node's CPU atomics (atomic messages are off)"
             )));
         }
-        // Checks that `pe` exposed the word; the message carries its
-        // address (whatever the provider's addressing of the region).
-        self.exposed_place(pe, addr, width.bytes())?;
-        let place = Place::Exposed {
-            remote: addr as u64,
-            key: 0,
-        };
+        // The message carries the word's address (whatever the provider's
+        // addressing of the region), once `pe` is known to have exposed it.
+        self.inner.exposed.find(pe, addr, width.bytes())?;
         // The target applies it with a CPU atomic and rings its waiters.
-        let (done, out) = self.post_amo_msg(pe, place, width, op)?;
+        let (done, out) = self.post_amo_msg(pe, AmoAt::Exposed(addr as u64), width, op)?;
         self.inner.wait(&done)?;
         Ok(out.load(Ordering::Acquire) & mask(width))
     }
@@ -4028,7 +4033,7 @@ impl Transport for Ofi {
         let m = mask(width);
         if self.amo_msg {
             // The target applies it and rings its own waiters.
-            let (done, out) = self.post_amo_msg(pe, Place::Heap(offset), width, op)?;
+            let (done, out) = self.post_amo_msg(pe, AmoAt::Heap(offset), width, op)?;
             self.inner.wait(&done)?;
             return Ok(out.load(Ordering::Acquire) & m);
         }
@@ -4072,7 +4077,7 @@ impl Transport for Ofi {
             // Returns once posted; its answer completes it for `quiet`, and
             // a later write, read or signal to this peer waits for it.
             return self.post_counted(pe, || {
-                self.post_amo_msg(pe, Place::Heap(offset), width, op)
+                self.post_amo_msg(pe, AmoAt::Heap(offset), width, op)
                     .map(|(done, _)| done)
             });
         }
