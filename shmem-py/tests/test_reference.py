@@ -257,6 +257,32 @@ def test_blocking_calls_raise_keyboard_interrupt(hand_off):
     assert out[0] == want
 
 
+def interrupted_over_libfabric(rank, n):
+    sig = core.buffer(8)
+    sig.numpy(np.uint64)[:] = 0
+    core.barrier_all()
+    ok = True
+    if rank == 0:
+        ok = _interrupt_inside(lambda: shmem.signal_wait(sig, 1, core.ComparisonType.CMP_EQ), real_signal=True)
+    core.barrier_all()
+    core.free(sig)
+    return ok
+
+
+def test_ctrl_c_still_interrupts_once_libfabric_is_loaded():
+    """Debian's libfabric links PSM, whose libinfinipath replaces the SIGINT
+    handler when it is loaded (with one that exits with status 1); the
+    library puts Python's back, so Ctrl-C still raises KeyboardInterrupt."""
+    import ctypes.util
+    import os
+
+    if ctypes.util.find_library("fabric") is None:
+        assert not os.environ.get("CI"), "CI must run this test with libfabric installed"
+        pytest.skip("libfabric is not installed")
+    env = {"SHMEM_TEST_ENGINE": "ROCE", "SHMEM_ROCE_PROVIDER": "ofi", "FI_PROVIDER": "tcp"}
+    assert run_pes(interrupted_over_libfabric, 2, env=env) == [True, True]
+
+
 def interrupted_init(rank, n, uid):
     # rank 0 of a 2-PE job whose rank 1 never comes: init retries until interrupted.
     ok = _interrupt_inside(lambda: core.init(uid=uid, rank=0, nranks=2, mem_size=1 << 20,

@@ -681,12 +681,31 @@ impl Api {
     }
 
     /// Loads libfabric and resolves its entry points.
+    ///
+    /// The application's signal handlers survive the load. Debian's
+    /// libfabric links PSM, whose `libinfinipath` installs its own SIGINT,
+    /// SIGTERM, SIGSEGV and SIGBUS handlers when it is loaded, over whatever
+    /// the process had: Python's KeyboardInterrupt, a program's SIGTERM
+    /// handler or `SIG_IGN`, Rust's stack-overflow report. Its SIGINT
+    /// handler exits with status 1. The dispositions the process had before
+    /// the load are put back after it. (At exit, `libinfinipath`'s
+    /// destructor sets those four signals to their defaults; that window
+    /// lies inside `exit` and is out of our reach.)
     fn open() -> Result<Api, String> {
         let mut why = Vec::new();
         for name in LIBRARY_NAMES {
+            let kept = Dispositions::save();
             // SAFETY: loading libfabric runs its initialisers, which have no
             // preconditions beyond a sane process (no unusual global state).
-            match unsafe { libloading::Library::new(name) } {
+            let loaded = unsafe { libloading::Library::new(name) };
+            let changed = kept.restore();
+            if !changed.is_empty() {
+                shmem_core::shmem_log!(
+                    Debug,
+                    "ROCE/ofi: loading {name} replaced the handlers of signals {changed:?}; the process's own are back"
+                );
+            }
+            match loaded {
                 Ok(lib) => return Api::resolve(lib, name),
                 Err(e) => why.push(format!("{name}: {e}")),
             }
@@ -733,6 +752,51 @@ impl Api {
         // SAFETY: non-null static C string from libfabric.
         let s = unsafe { std::ffi::CStr::from_ptr(p) };
         format!("{} ({c})", s.to_string_lossy())
+    }
+}
+
+/// The dispositions of the process's standard signals (1 to 31, less
+/// SIGKILL and SIGSTOP), saved to be put back after a library load.
+struct Dispositions(Vec<(c_int, libc::sigaction)>);
+
+impl Dispositions {
+    fn save() -> Self {
+        let mut v = Vec::new();
+        for sig in 1..32 {
+            if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+                continue;
+            }
+            // SAFETY: sigaction with a null new action only reads the
+            // disposition into `old`, a zeroed sigaction we own.
+            unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut old) == 0 {
+                    v.push((sig, old));
+                }
+            }
+        }
+        Dispositions(v)
+    }
+
+    /// Puts back every disposition that differs from the saved one; returns
+    /// the signals it put back.
+    fn restore(self) -> Vec<c_int> {
+        let mut changed = Vec::new();
+        for (sig, old) in self.0 {
+            // SAFETY: as in `save`, then setting a disposition that this
+            // process had installed before (a valid handler or SIG_DFL/IGN).
+            unsafe {
+                let mut now: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut now) != 0 {
+                    continue;
+                }
+                if now.sa_sigaction != old.sa_sigaction || now.sa_flags != old.sa_flags {
+                    libc::sigaction(sig, &old, std::ptr::null_mut());
+                    changed.push(sig);
+                }
+            }
+        }
+        changed
     }
 }
 
